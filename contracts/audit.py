@@ -1,0 +1,43 @@
+"""`memory.updated` / `memory.deleted` / `memory.restored`: the audit trail of every change."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from contracts.envelope import Event
+from contracts.ids import DiscordId, ToolCallId
+from contracts.results import MemoryScope
+
+__all__ = ["MemoryChanged", "MemoryDeleted", "MemoryRestored", "MemoryUpdated"]
+
+
+class MemoryChanged(Event):
+    """Common fields; the concrete event types below fix `event_type`."""
+
+    tool_call_id: ToolCallId
+    revision_id: int
+    scope: MemoryScope
+    memory_id: int
+    guild_id: DiscordId | None
+    channel_id: DiscordId | None
+    owner_id: DiscordId | None
+    actor_id: str
+    persona_id: int | None
+    persona_lineage_id: int
+    content_before: str
+    content_after: str | None
+
+
+class MemoryUpdated(MemoryChanged):
+    EVENT_TYPE: ClassVar[str] = "memory.updated"
+    event_type: Literal["memory.updated"] = "memory.updated"
+
+
+class MemoryDeleted(MemoryChanged):
+    EVENT_TYPE: ClassVar[str] = "memory.deleted"
+    event_type: Literal["memory.deleted"] = "memory.deleted"
+
+
+class MemoryRestored(MemoryChanged):
+    EVENT_TYPE: ClassVar[str] = "memory.restored"
+    event_type: Literal["memory.restored"] = "memory.restored"

@@ -1,0 +1,72 @@
+"""Exchange, queue and routing-key names, under a deployment prefix (`LTM_AMQP_PREFIX`).
+
+Pure names: bot shards use them with whatever AMQP client they have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "Topology",
+    "audit_routing_key",
+    "cache_routing_key",
+    "embed_routing_key",
+    "result_routing_key",
+]
+
+DEFAULT_PREFIX: Final = "ltm"
+
+
+def result_routing_key(shard_id: int) -> str:
+    return f"result.shard.{shard_id}"
+
+
+def embed_routing_key(shard_id: int) -> str:
+    return f"embed.shard.{shard_id}"
+
+
+def cache_routing_key(cache: str, key: str) -> str:
+    return f"cache.{cache}.{key}"
+
+
+def audit_routing_key(action: str, scope: str) -> str:
+    """`memory.<updated|deleted|restored>.<server_wide|target_user>`."""
+    return f"memory.{action}.{scope}"
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def tool_calls_exchange(self) -> str:
+        return f"{self.prefix}.tool_calls"
+
+    @property
+    def worker_queue(self) -> str:
+        return f"{self.prefix}.tool_calls.worker"
+
+    @property
+    def dead_letter_exchange(self) -> str:
+        return f"{self.prefix}.dead_letter"
+
+    @property
+    def dead_letter_queue(self) -> str:
+        return f"{self.prefix}.tool_calls.dead"
+
+    @property
+    def events_exchange(self) -> str:
+        return f"{self.prefix}.events"
+
+    @property
+    def audit_stream(self) -> str:
+        return f"{self.prefix}.audit"
+
+    def shard_queue(self, shard_id: int) -> str:
+        return f"{self.prefix}.gateway.shard.{shard_id}"
+
+    def cache_queue(self, instance: str) -> str:
+        return f"{self.prefix}.gateway.cache.{instance}"

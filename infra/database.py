@@ -1,0 +1,63 @@
+"""Creating the database and bringing its schema up to date (`ltm migrate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from psycopg import sql
+
+from infra.settings import to_sqlalchemy_url
+
+__all__ = ["create_database_if_missing", "drop_database", "migrate"]
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _split(url: str) -> tuple[str, str]:
+    """The database name, and a URL of the same server's `postgres` database."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    name = str(info.get("dbname") or "")
+    if not name:
+        raise ValueError(f"the database URL names no database: {url!r}")
+    info["dbname"] = "postgres"
+    return name, psycopg.conninfo.make_conninfo("", **info)
+
+
+def create_database_if_missing(url: str) -> bool:
+    """True when it created the database. Needs the role to be allowed to create one."""
+    name, admin_url = _split(url)
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+        ).fetchone()
+        if exists:
+            return False
+        try:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.DuplicateDatabase:
+            return False  # created meanwhile by another migrate
+        return True
+
+
+def drop_database(url: str) -> None:
+    name, admin_url = _split(url)
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", to_sqlalchemy_url(url).replace("%", "%%"))
+    return config
+
+
+def migrate(url: str) -> None:
+    """Creates the database when missing, then upgrades it to the newest revision."""
+    create_database_if_missing(url)
+    command.upgrade(alembic_config(url), "head")

@@ -1,0 +1,59 @@
+"""Structured logs: one JSON object a line in production, readable lines in a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import orjson
+import structlog
+
+__all__ = ["configure_logging", "get_logger"]
+
+
+def _orjson_dumps(value: Any, **_: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
+    """`fmt` is `json`, `console`, or `auto` (console when stderr is a terminal)."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = (
+        structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info if use_json else structlog.dev.set_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    # Libraries log through the standard library: route them to the same stream and format.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer
+        ], foreign_pre_chain=shared)
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
+    return logger

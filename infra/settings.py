@@ -1,0 +1,50 @@
+"""Every setting of every process, read from the environment (CONTRACT.md, "Settings")."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LTM_", extra="ignore", frozen=True)
+
+    database_url: str = "postgresql://localhost/ltm"
+    amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    amqp_prefix: str = "ltm"
+    max_memory_length: int = Field(default=1000, ge=1)
+    shard_count: int = Field(default=1, ge=1)
+    db_retry_seconds: float = Field(default=10.0, ge=0)
+    reply_ttl_s: int = Field(default=900, ge=1)
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+
+    # Beyond the contract: how hard one worker process works.
+    prefetch: int = Field(default=64, ge=1)
+    db_pool_size: int = Field(default=8, ge=1)
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
+    outbox_sweep_interval_s: float = Field(default=2.0, gt=0)
+    outbox_retention_s: float = Field(default=3600.0, ge=0)
+    log_format: str = Field(default="auto", pattern="^(auto|json|console)$")
+    log_level: str = "INFO"
+
+    # Gateway (no LTM_ prefix: these are the bot's own names).
+    discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
+    discord_api_url: str | None = Field(default=None, validation_alias="DISCORD_API_URL")
+    persona_cache_ttl_s: float = 600.0
+    user_cache_ttl_s: float = 1800.0
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The same database through SQLAlchemy's psycopg 3 dialect."""
+        return to_sqlalchemy_url(self.database_url)
+
+
+def to_sqlalchemy_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a database URL: {url!r}")
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg2"):
+        scheme = "postgresql+psycopg"
+    return f"{scheme}://{rest}"

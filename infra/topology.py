@@ -1,0 +1,97 @@
+"""Declares the broker topology of CONTRACT.md, idempotently, under a prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractQueue
+
+from contracts import UPDATE_LONG_TERM_MEMORY, Topology, embed_routing_key, result_routing_key
+
+__all__ = [
+    "SUPPORTED_TOOLS",
+    "declare_cache_queue",
+    "declare_shard_queue",
+    "declare_topology",
+    "worker_queue_arguments",
+]
+
+SUPPORTED_TOOLS: Final = (UPDATE_LONG_TERM_MEMORY,)
+
+
+def worker_queue_arguments(topology: Topology) -> dict[str, Any]:
+    # Exactly these: every process declares the queue, and a mismatch closes the channel.
+    return {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": topology.dead_letter_exchange,
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": 5,
+    }
+
+
+
+async def declare_topology(
+    channel: AbstractChannel, topology: Topology, shards: Iterable[int] = ()
+) -> None:
+    """Everything the worker and the operators' tools need, plus the given shards' queues."""
+    tool_calls = await channel.declare_exchange(
+        topology.tool_calls_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    dead_letter = await channel.declare_exchange(
+        topology.dead_letter_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    events = await channel.declare_exchange(
+        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    worker = await channel.declare_queue(
+        topology.worker_queue, durable=True, arguments=worker_queue_arguments(topology)
+    )
+    for tool in SUPPORTED_TOOLS:
+        await worker.bind(tool_calls, routing_key=tool)
+    dead = await channel.declare_queue(
+        topology.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"}
+    )
+    await dead.bind(dead_letter, routing_key="#")
+    audit = await channel.declare_queue(
+        topology.audit_stream,
+        durable=True,
+        arguments={
+            "x-queue-type": "stream",
+            "x-max-age": "30D",
+            "x-stream-max-segment-size-bytes": 50_000_000,
+        },
+    )
+    await audit.bind(events, routing_key="#")
+    for shard_id in shards:
+        await declare_shard_queue(channel, topology, shard_id)
+
+
+async def declare_shard_queue(
+    channel: AbstractChannel, topology: Topology, shard_id: int
+) -> AbstractQueue:
+    events = await channel.declare_exchange(
+        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    queue = await channel.declare_queue(
+        topology.shard_queue(shard_id), durable=True, arguments={"x-queue-type": "quorum"}
+    )
+    await queue.bind(events, routing_key=result_routing_key(shard_id))
+    await queue.bind(events, routing_key=embed_routing_key(shard_id))
+    return queue
+
+
+async def declare_cache_queue(
+    channel: AbstractChannel, topology: Topology, instance: str
+) -> AbstractQueue:
+    """A per-process queue of every invalidation; named, so it survives a reconnect's redeclare."""
+    events = await channel.declare_exchange(
+        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    queue = await channel.declare_queue(
+        topology.cache_queue(instance), exclusive=True, auto_delete=True
+    )
+    await queue.bind(events, routing_key="cache.#")
+    return queue

@@ -1,0 +1,34 @@
+"""Fixtures of every test: one database and one broker virtual host per test run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from infra.settings import Settings
+from tests.support.services import TestServices, test_services
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[TestServices]:
+    with test_services() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def settings(services: TestServices) -> Settings:
+    return Settings(
+        database_url=services.database_url,
+        amqp_url=services.amqp_url,
+        amqp_prefix=services.amqp_prefix,
+        metrics_port=0,
+        db_retry_seconds=3.0,
+        log_format="console",
+    )
+
+
+@pytest.fixture(scope="session")
+async def database(settings: Settings) -> AsyncIterator[str]:
+    """The migrated database's URL (psycopg form)."""
+    yield settings.database_url

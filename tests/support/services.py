@@ -1,0 +1,137 @@
+"""The PostgreSQL database and RabbitMQ virtual host of one test run.
+
+Local services first (`LTM_DATABASE_URL` / `LTM_AMQP_URL`, or the defaults); testcontainers
+only when those are unset, the local service does not answer, and a Docker engine does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from infra.database import drop_database, migrate
+
+__all__ = ["TestServices", "rabbitmqctl", "test_services"]
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+
+@dataclass(frozen=True)
+class TestServices:
+    run_id: str
+    database_url: str
+    amqp_url: str
+    amqp_prefix: str
+    vhost: str | None  # our own virtual host, when rabbitmqctl can make one
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for a subprocess (`ltm worker`, `ltm gateway`) of this test run."""
+        env = dict(os.environ)
+        env.update(
+            LTM_DATABASE_URL=self.database_url,
+            LTM_AMQP_URL=self.amqp_url,
+            LTM_AMQP_PREFIX=self.amqp_prefix,
+            LTM_METRICS_PORT="0",
+            LTM_LOG_FORMAT="json",
+        )
+        env.update(extra)
+        return env
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+def _with_database(url: str, name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    params = {k: str(v) for k, v in info.items() if k not in ("dbname",) and v is not None}
+    user = params.pop("user", "")
+    password = params.pop("password", "")
+    host = params.pop("host", "127.0.0.1")
+    port = params.pop("port", "5432")
+    auth = user + (":" + urllib.parse.quote(password) if password else "")
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    return f"postgresql://{auth}{'@' if auth else ''}{host}:{port}/{name}{query}"
+
+
+def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+def _with_vhost(url: str, vhost: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(vhost, safe="")))
+
+
+@contextmanager
+def test_services() -> Iterator[TestServices]:
+    run_id = uuid.uuid4().hex[:10]
+    with ExitStack() as stack:
+        base_db = os.environ.get("LTM_DATABASE_URL")
+        if base_db is None:
+            base_db = DEFAULT_DATABASE_URL
+            if not _answers("127.0.0.1", 5432) and _docker_answers():
+                from testcontainers.postgres import PostgresContainer
+
+                container: Any = stack.enter_context(PostgresContainer("postgres:15", driver=None))
+                base_db = container.get_connection_url()
+        base_amqp = os.environ.get("LTM_AMQP_URL")
+        use_ctl = shutil.which("rabbitmqctl") is not None
+        if base_amqp is None:
+            base_amqp = DEFAULT_AMQP_URL
+            if not _answers("127.0.0.1", 5672) and _docker_answers():
+                from testcontainers.rabbitmq import RabbitMqContainer
+
+                rabbit: Any = stack.enter_context(RabbitMqContainer("rabbitmq:3.13"))
+                params = rabbit.get_connection_params()
+                base_amqp = f"amqp://guest:guest@{params.host}:{params.port}/"
+                use_ctl = False
+
+        database_url = _with_database(base_db, f"ltm_test_{run_id}")
+        migrate(database_url)
+        stack.callback(drop_database, database_url)
+
+        vhost: str | None = None
+        amqp_url = base_amqp
+        if use_ctl:
+            vhost = f"ltm-test-{run_id}"
+            user = urllib.parse.urlsplit(base_amqp).username or "guest"
+            rabbitmqctl("add_vhost", vhost)
+            stack.callback(rabbitmqctl, "delete_vhost", vhost)
+            rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+            amqp_url = _with_vhost(base_amqp, vhost)
+        yield TestServices(
+            run_id=run_id,
+            database_url=database_url,
+            amqp_url=amqp_url,
+            amqp_prefix=f"ltmt{run_id}",
+            vhost=vhost,
+        )
