@@ -28,7 +28,7 @@ class Event(BaseModel):
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     event_type: str
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     occurred_at: AwareDatetime = Field(default_factory=utc_now)
     causation_id: uuid.UUID | None = None
 

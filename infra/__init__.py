@@ -1,0 +1,1 @@
+"""Operations around the code: settings, logs, migrations, broker topology, container files."""

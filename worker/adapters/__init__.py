@@ -1,0 +1,1 @@
+"""Adapters of the worker: PostgreSQL, RabbitMQ, metrics."""

@@ -1,0 +1,554 @@
+"""PostgreSQL: loads the facts of one tool call and performs its decision in one transaction.
+
+This module owns the pipeline's SQL. Every statement is SQLAlchemy Core `text()`, compiled
+once and prepared by psycopg after a few uses: the ORM stays off the hot path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from contracts import Event, MemoryStatus, ResultData, ToolCallRequested, encode_event
+from worker.core.model import (
+    DirectoryMember,
+    MemoryWrite,
+    ServerState,
+    StoredUser,
+    WrittenMemory,
+)
+
+__all__ = [
+    "Claim",
+    "MemoryStore",
+    "OutboxRow",
+    "OutboxStore",
+    "OutgoingEvent",
+    "StoredResult",
+    "ToolCallTransaction",
+    "create_engine",
+]
+
+
+def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
+    """An engine whose pool bounds the worker's database concurrency."""
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """The answer recorded for a tool call, and where its first answer went."""
+
+    status: MemoryStatus
+    message: str
+    data: ResultData
+    tool_name: str
+    guild_id: str | None
+    channel_id: str
+    shard_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The inbox row is ours (`stored` None), or the call was answered before."""
+
+    stored: StoredResult | None
+    state: ServerState | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    outbox_id: int
+    event_id: uuid.UUID
+    event_type: str
+    routing_key: str
+    correlation_id: str | None
+    body: bytes
+    ttl_ms: int | None
+
+
+_CLAIM: Final = text(
+    """
+    WITH claim AS (
+        INSERT INTO tool_call_inbox
+            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id)
+        VALUES (:tool_call_id, :event_id, :tool_name, :guild_id, :channel_id, :shard_id)
+        ON CONFLICT (tool_call_id) DO NOTHING
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM claim) AS claimed,
+           s.server_id, s.server_disc_id,
+           p.persona_id, p.server_id AS persona_server_id, p.persona_lineage_id, p.nickname,
+           coalesce(c.self_teaching_enabled, true) AS self_teaching_enabled,
+           coalesce(c.personal_memories_enabled, true) AS personal_memories_enabled
+    FROM (SELECT 1) AS one
+    LEFT JOIN servers AS s ON s.server_disc_id = :server_disc_id
+    LEFT JOIN personas AS p ON p.persona_id = :persona_id
+    LEFT JOIN server_configs AS c ON c.server_id = s.server_id
+    """
+)
+
+_STORED_RESULT: Final = text(
+    """
+    SELECT result, tool_name, guild_id, channel_id, shard_id
+    FROM tool_call_inbox WHERE tool_call_id = :tool_call_id
+    """
+)
+
+_DIRECTORY: Final = text(
+    """
+    SELECT m.user_disc_id, m.username, m.display_name, m.global_name, u.user_nickname, m.is_bot
+    FROM guild_members AS m
+    LEFT JOIN users AS u ON u.user_disc_id = m.user_disc_id
+    WHERE m.server_id = :server_id
+    ORDER BY m.user_disc_id
+    """
+)
+
+_USER: Final = text(
+    """
+    SELECT u.user_id, u.user_disc_id, u.privacy_level, u.user_nickname,
+           EXISTS (
+               SELECT 1 FROM personalization_blacklist AS b
+               WHERE b.server_id = :server_id AND b.user_id = u.user_id
+           ) AS blacklisted_here
+    FROM users AS u WHERE u.user_disc_id = :user_disc_id
+    """
+)
+
+# Each write matches and changes its row in one statement; the row lock taken by the first
+# CTE makes a concurrent change of the same memory wait, then read the committed content,
+# so that every revision's `content_before` is the previous revision's `content_after`.
+_REVISION_COLUMNS: Final = """
+    INSERT INTO memory_revisions
+        (scope, memory_id, action, content_before, content_after, server_id, owner_user_id,
+         persona_lineage_id, actor_disc_id, tool_call_id, occurred_at)
+"""
+
+_UPDATE_SERVER_MEMORY: Final = text(
+    f"""
+    WITH target AS (
+        SELECT server_memory_id, content FROM server_memories
+        WHERE server_memory_id = :memory_id AND server_id = :server_id
+          AND persona_lineage_id = :persona_lineage_id
+        FOR UPDATE
+    ), changed AS (
+        UPDATE server_memories AS m SET content = :content, updated_at = now()
+        FROM target AS t WHERE m.server_memory_id = t.server_memory_id
+        RETURNING m.server_memory_id, t.content AS content_before, m.persona_lineage_id
+    ), revision AS (
+        {_REVISION_COLUMNS}
+        SELECT 'server_wide', server_memory_id, 'updated', content_before, :content, :server_id,
+               NULL, persona_lineage_id, :actor, :tool_call_id, now()
+        FROM changed
+        RETURNING revision_id, content_before, persona_lineage_id
+    )
+    SELECT revision_id, content_before, persona_lineage_id FROM revision
+    """
+)
+
+_DELETE_SERVER_MEMORY: Final = text(
+    f"""
+    WITH target AS (
+        SELECT server_memory_id, content FROM server_memories
+        WHERE server_memory_id = :memory_id AND server_id = :server_id
+          AND persona_lineage_id = :persona_lineage_id
+        FOR UPDATE
+    ), changed AS (
+        DELETE FROM server_memories AS m USING target AS t
+        WHERE m.server_memory_id = t.server_memory_id
+        RETURNING m.server_memory_id, t.content AS content_before, m.persona_lineage_id
+    ), revision AS (
+        {_REVISION_COLUMNS}
+        SELECT 'server_wide', server_memory_id, 'deleted', content_before, NULL, :server_id,
+               NULL, persona_lineage_id, :actor, :tool_call_id, now()
+        FROM changed
+        RETURNING revision_id, content_before, persona_lineage_id
+    )
+    SELECT revision_id, content_before, persona_lineage_id FROM revision
+    """
+)
+
+_UPDATE_PERSONAL_MEMORY: Final = text(
+    f"""
+    WITH target AS (
+        SELECT personal_memory_id, content FROM personal_memories
+        WHERE personal_memory_id = :memory_id AND user_id = :owner_user_id
+          AND persona_lineage_id IN (:persona_lineage_id, 0)
+        FOR UPDATE
+    ), changed AS (
+        UPDATE personal_memories AS m SET content = :content, updated_at = now()
+        FROM target AS t WHERE m.personal_memory_id = t.personal_memory_id
+        RETURNING m.personal_memory_id, t.content AS content_before, m.persona_lineage_id
+    ), revision AS (
+        {_REVISION_COLUMNS}
+        SELECT 'target_user', personal_memory_id, 'updated', content_before, :content,
+               :server_id, :owner_user_id, persona_lineage_id, :actor, :tool_call_id, now()
+        FROM changed
+        RETURNING revision_id, content_before, persona_lineage_id
+    )
+    SELECT revision_id, content_before, persona_lineage_id FROM revision
+    """
+)
+
+_DELETE_PERSONAL_MEMORY: Final = text(
+    f"""
+    WITH target AS (
+        SELECT personal_memory_id, content FROM personal_memories
+        WHERE personal_memory_id = :memory_id AND user_id = :owner_user_id
+          AND persona_lineage_id IN (:persona_lineage_id, 0)
+        FOR UPDATE
+    ), changed AS (
+        DELETE FROM personal_memories AS m USING target AS t
+        WHERE m.personal_memory_id = t.personal_memory_id
+        RETURNING m.personal_memory_id, t.content AS content_before, m.persona_lineage_id
+    ), revision AS (
+        {_REVISION_COLUMNS}
+        SELECT 'target_user', personal_memory_id, 'deleted', content_before, NULL,
+               :server_id, :owner_user_id, persona_lineage_id, :actor, :tool_call_id, now()
+        FROM changed
+        RETURNING revision_id, content_before, persona_lineage_id
+    )
+    SELECT revision_id, content_before, persona_lineage_id FROM revision
+    """
+)
+
+# "Within reach" (BEHAVIOUR.md step 8): only memories the caller could address by calling
+# again are hinted at; anything else stays unmentioned.
+_PERSONAL_MEMORY_WITHIN_REACH: Final = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM personal_memories AS pm JOIN users AS u ON u.user_id = pm.user_id
+        WHERE pm.personal_memory_id = :memory_id
+          AND pm.persona_lineage_id IN (:persona_lineage_id, 0)
+          AND (
+              u.user_disc_id = ANY(:participant_ids)
+              OR EXISTS (
+                  SELECT 1 FROM guild_members AS gm
+                  WHERE gm.server_id = :server_id AND gm.user_disc_id = u.user_disc_id
+              )
+          )
+    )
+    """
+)
+
+_SERVER_MEMORY_WITHIN_REACH: Final = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM server_memories
+        WHERE server_memory_id = :memory_id AND server_id = :server_id
+          AND persona_lineage_id = :persona_lineage_id
+    )
+    """
+)
+
+_FINISH: Final = text(
+    """
+    WITH queued AS (
+        INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
+        SELECT * FROM unnest(
+            CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+            CAST(:routing_keys AS text[]), CAST(:correlation_ids AS text[]),
+            CAST(:bodies AS bytea[]), CAST(:ttls AS integer[])
+        )
+        RETURNING outbox_id, event_id
+    ), answered AS (
+        UPDATE tool_call_inbox
+        SET status = :status, result = CAST(:result AS jsonb), completed_at = now()
+        WHERE tool_call_id = :tool_call_id
+    )
+    SELECT outbox_id, event_id FROM queued
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingEvent:
+    """An event to queue in the outbox, with where it goes and how long it is worth sending."""
+
+    event: Event
+    routing_key: str
+    ttl_ms: int | None = None
+
+
+class ToolCallTransaction:
+    """One tool call's transaction: every read and write of the pipeline, on one connection."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self._connection = connection
+
+    async def _one(self, statement: TextClause, **params: Any) -> Any:
+        result = await self._connection.execute(statement, params)
+        return result.one_or_none()
+
+    async def claim(self, call: ToolCallRequested) -> Claim:
+        """Writes the inbox row first: a second copy of the call waits here, then sees it."""
+        context = call.context
+        row = await self._one(
+            _CLAIM,
+            tool_call_id=call.tool_call_id,
+            event_id=call.event_id,
+            tool_name=call.tool_name,
+            guild_id=context.guild_id,
+            channel_id=context.channel_id,
+            shard_id=context.shard_id,
+            server_disc_id=context.server_disc_id,
+            persona_id=context.persona_id,
+        )
+        if not row.claimed:
+            return Claim(stored=await self.stored_result(call.tool_call_id), state=None)
+        state = None
+        if row.server_id is not None and row.persona_id is not None:
+            state = ServerState(
+                server_id=row.server_id,
+                server_disc_id=row.server_disc_id,
+                persona_id=row.persona_id,
+                persona_server_id=row.persona_server_id,
+                persona_lineage_id=row.persona_lineage_id,
+                persona_nickname=row.nickname,
+                self_teaching_enabled=row.self_teaching_enabled,
+                personal_memories_enabled=row.personal_memories_enabled,
+            )
+        return Claim(stored=None, state=state)
+
+    async def stored_result(self, tool_call_id: str) -> StoredResult:
+        row = await self._one(_STORED_RESULT, tool_call_id=tool_call_id)
+        if row is None or row.result is None:
+            # Unreachable by design: the row and its result commit together.
+            raise LookupError(f"tool call {tool_call_id} has no stored result")
+        result = row.result
+        return StoredResult(
+            status=MemoryStatus(result["status"]),
+            message=result["message"],
+            data=ResultData.model_validate_json(orjson.dumps(result.get("data") or {})),
+            tool_name=row.tool_name,
+            guild_id=row.guild_id,
+            channel_id=row.channel_id,
+            shard_id=row.shard_id,
+        )
+
+    async def load_directory(self, server_id: int) -> list[DirectoryMember]:
+        result = await self._connection.execute(_DIRECTORY, {"server_id": server_id})
+        return [
+            DirectoryMember(
+                user_disc_id=row.user_disc_id,
+                username=row.username,
+                display_name=row.display_name,
+                global_name=row.global_name,
+                user_nickname=row.user_nickname,
+                is_bot=row.is_bot,
+            )
+            for row in result
+        ]
+
+    async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
+        row = await self._one(_USER, user_disc_id=user_disc_id, server_id=server_id)
+        if row is None:
+            return None
+        return StoredUser(
+            user_id=row.user_id,
+            user_disc_id=row.user_disc_id,
+            privacy_level=row.privacy_level,
+            user_nickname=row.user_nickname,
+            blacklisted_here=row.blacklisted_here,
+        )
+
+    async def apply(
+        self, write: MemoryWrite, *, actor: str, tool_call_id: str
+    ) -> WrittenMemory | None:
+        """The scoped write and its revision row; None when no memory matched."""
+        params: dict[str, Any] = {
+            "memory_id": write.memory_id,
+            "server_id": write.server_id,
+            "persona_lineage_id": write.persona_lineage_id,
+            "actor": actor,
+            "tool_call_id": tool_call_id,
+        }
+        if write.scope == "server_wide":
+            statement = _DELETE_SERVER_MEMORY if write.is_delete else _UPDATE_SERVER_MEMORY
+        else:
+            statement = _DELETE_PERSONAL_MEMORY if write.is_delete else _UPDATE_PERSONAL_MEMORY
+            params["owner_user_id"] = write.owner_user_id
+        if not write.is_delete:
+            params["content"] = write.content
+        row = await self._one(statement, **params)
+        if row is None:
+            return None
+        return WrittenMemory(
+            revision_id=row.revision_id,
+            content_before=row.content_before,
+            persona_lineage_id=row.persona_lineage_id,
+        )
+
+    async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
+        """Whether the id names a memory of the other scope that this call could reach."""
+        if write.scope == "server_wide":
+            row = await self._one(
+                _PERSONAL_MEMORY_WITHIN_REACH,
+                memory_id=write.memory_id,
+                persona_lineage_id=write.persona_lineage_id,
+                participant_ids=list(participant_ids),
+                server_id=write.server_id,
+            )
+        else:
+            row = await self._one(
+                _SERVER_MEMORY_WITHIN_REACH,
+                memory_id=write.memory_id,
+                server_id=write.server_id,
+                persona_lineage_id=write.persona_lineage_id,
+            )
+        return bool(row[0])
+
+    async def finish(
+        self,
+        call: ToolCallRequested,
+        *,
+        status: MemoryStatus,
+        message: str,
+        data: ResultData,
+        events: Sequence[OutgoingEvent],
+    ) -> list[OutboxRow]:
+        """Stores the result for idempotency and queues the events, in the caller's transaction."""
+        bodies = [encode_event(outgoing.event) for outgoing in events]
+        result = orjson.dumps(
+            {"status": status.value, "message": message, "data": data.model_dump(mode="json")}
+        ).decode()
+        rows = await self._connection.execute(
+            _FINISH,
+            {
+                "event_ids": [outgoing.event.event_id for outgoing in events],
+                "event_types": [outgoing.event.event_type for outgoing in events],
+                "routing_keys": [outgoing.routing_key for outgoing in events],
+                "correlation_ids": [outgoing.event.correlation_id for outgoing in events],
+                "bodies": bodies,
+                "ttls": [outgoing.ttl_ms for outgoing in events],
+                "status": status.value,
+                "result": result,
+                "tool_call_id": call.tool_call_id,
+            },
+        )
+        ids = {row.event_id: row.outbox_id for row in rows}
+        return [
+            OutboxRow(
+                outbox_id=ids[outgoing.event.event_id],
+                event_id=outgoing.event.event_id,
+                event_type=outgoing.event.event_type,
+                routing_key=outgoing.routing_key,
+                correlation_id=outgoing.event.correlation_id,
+                body=body,
+                ttl_ms=outgoing.ttl_ms,
+            )
+            for outgoing, body in zip(events, bodies, strict=True)
+        ]
+
+
+class MemoryStore:
+    """The database of the pipeline: hands out one transaction per tool call."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
+        """Commits when the block ends normally, rolls back when it raises."""
+        async with self.engine.begin() as connection:
+            yield ToolCallTransaction(connection)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+_UNPUBLISHED: Final = text(
+    """
+    SELECT outbox_id, event_id, event_type, routing_key, correlation_id, body,
+           CASE WHEN ttl_ms IS NULL THEN NULL
+                ELSE ttl_ms - (extract(epoch FROM now() - created_at) * 1000)::integer
+           END AS ttl_ms
+    FROM outbox
+    WHERE published_at IS NULL AND created_at < now() - make_interval(secs => :min_age_s)
+    ORDER BY outbox_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+    """
+)
+
+_MARK_PUBLISHED: Final = text(
+    "UPDATE outbox SET published_at = now() WHERE outbox_id = ANY(:outbox_ids)"
+)
+
+_PURGE_PUBLISHED: Final = text(
+    """
+    DELETE FROM outbox
+    WHERE published_at IS NOT NULL AND published_at < now() - make_interval(secs => :age_s)
+    """
+)
+
+_BACKLOG: Final = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+
+
+class OutboxStore:
+    """The outbox's rows: marked published after the broker's confirm, swept after a crash."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def mark_published(self, outbox_ids: Sequence[int]) -> None:
+        if not outbox_ids:
+            return
+        async with self.engine.begin() as connection:
+            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
+
+    @asynccontextmanager
+    async def unpublished(
+        self, *, limit: int, min_age_s: float
+    ) -> AsyncIterator[tuple[list[OutboxRow], AsyncConnection]]:
+        """Locks a batch of rows left unpublished; the caller publishes, then marks them.
+
+        Rows younger than `min_age_s` belong to a worker that is publishing them right now.
+        SKIP LOCKED lets several workers sweep at once without publishing a row twice.
+        `ttl_ms` is what is left of the row's time to live (<= 0: expired).
+        """
+        async with self.engine.begin() as connection:
+            result = await connection.execute(
+                _UNPUBLISHED, {"limit": limit, "min_age_s": min_age_s}
+            )
+            rows = [
+                OutboxRow(
+                    outbox_id=row.outbox_id,
+                    event_id=row.event_id,
+                    event_type=row.event_type,
+                    routing_key=row.routing_key,
+                    correlation_id=row.correlation_id,
+                    body=bytes(row.body),
+                    ttl_ms=row.ttl_ms,
+                )
+                for row in result
+            ]
+            yield rows, connection
+
+    @staticmethod
+    async def mark_published_in(connection: AsyncConnection, outbox_ids: Sequence[int]) -> None:
+        if outbox_ids:
+            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
+
+    async def purge_published(self, *, age_s: float) -> int:
+        async with self.engine.begin() as connection:
+            result = await connection.execute(_PURGE_PUBLISHED, {"age_s": age_s})
+            return int(result.rowcount or 0)
+
+    async def backlog(self) -> int:
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(_BACKLOG)).scalar_one())
