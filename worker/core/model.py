@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from contracts import MemoryScope, MemoryStatus, ResultData
@@ -98,7 +98,7 @@ class Rejection:
 
     status: MemoryStatus
     message: str
-    data: ResultData = ResultData()
+    data: ResultData = field(default_factory=ResultData)
 
 
 @dataclass(frozen=True, slots=True)
