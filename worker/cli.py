@@ -97,7 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         case "gateway":
             return _run(bootstrap.run_gateway(settings, args.shards, args.shard_count))
         case "call":
-            return _run(bootstrap.call(settings, args.json_file, args.timeout))
+            path = str(args.json_file)
+            body = sys.stdin.buffer.read() if path == "-" else args.json_file.read_bytes()
+            return _run(bootstrap.call(settings, body, args.timeout))
         case "dlq":
             return _run(bootstrap.dlq(settings, args))
         case "audit":

@@ -1,0 +1,107 @@
+"""RabbitMQ: publishing events with confirms, and dead-lettering with a reason.
+
+Every publish here waits for the broker's confirm; callers run publishes concurrently, so
+that many confirms are outstanding at once instead of one round trip at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
+
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
+from worker.adapters.database import OutboxRow
+
+__all__ = ["ERROR_HEADER", "FAILED_AT_HEADER", "EventPublisher"]
+
+ERROR_HEADER: Final = "x-ltm-error"
+FAILED_AT_HEADER: Final = "x-ltm-failed-at"
+_MAX_REASON = 1000
+
+
+class EventPublisher:
+    """Publishes on one channel with publisher confirms."""
+
+    def __init__(
+        self, events: AbstractExchange, dead_letter: AbstractExchange, channel: AbstractChannel
+    ) -> None:
+        self._events = events
+        self._dead_letter = dead_letter
+        self.channel = channel
+
+    @classmethod
+    async def open(
+        cls, connection: aio_pika.abc.AbstractConnection, topology: Topology
+    ) -> EventPublisher:
+        channel = await connection.channel(publisher_confirms=True)
+        events = await channel.get_exchange(topology.events_exchange, ensure=False)
+        dead_letter = await channel.get_exchange(topology.dead_letter_exchange, ensure=False)
+        return cls(events, dead_letter, channel)
+
+    async def publish_row(self, row: OutboxRow) -> None:
+        message = aio_pika.Message(
+            row.body,
+            content_type=CONTENT_TYPE,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=str(row.event_id),
+            correlation_id=row.correlation_id,
+            type=row.event_type,
+            timestamp=datetime.now(UTC),
+            headers={"schema_version": SCHEMA_VERSION},
+            expiration=_expiration(row.ttl_ms),
+        )
+        await self._events.publish(message, row.routing_key, mandatory=False)
+
+    async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
+        """All at once, each confirmed; raises if any was not."""
+        await asyncio.gather(*(self.publish_row(row) for row in rows))
+
+    async def publish_event(self, event: Event, routing_key: str, ttl_ms: int | None) -> None:
+        """Straight to the broker, for what the database could not hold (or holds already)."""
+        message = aio_pika.Message(
+            encode_event(event),
+            content_type=CONTENT_TYPE,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=str(event.event_id),
+            correlation_id=event.correlation_id,
+            type=event.event_type,
+            timestamp=event.occurred_at,
+            headers={"schema_version": event.schema_version},
+            expiration=_expiration(ttl_ms),
+        )
+        await self._events.publish(message, routing_key, mandatory=False)
+
+    async def dead_letter(self, message: AbstractIncomingMessage, reason: str) -> None:
+        """Republishes the delivery as it came, with why and when, to the dead-letter exchange.
+
+        The caller acks the delivery after this returns: the copy is confirmed by then.
+        """
+        headers = dict(message.headers or {})
+        headers[ERROR_HEADER] = reason[:_MAX_REASON]
+        headers[FAILED_AT_HEADER] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        copy = aio_pika.Message(
+            message.body,
+            headers=headers,
+            content_type=message.content_type,
+            content_encoding=message.content_encoding,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            priority=message.priority,
+            correlation_id=message.correlation_id,
+            reply_to=message.reply_to,
+            message_id=message.message_id,
+            timestamp=message.timestamp,
+            type=message.type,
+            user_id=message.user_id,
+            app_id=message.app_id,
+        )
+        await self._dead_letter.publish(copy, message.routing_key or "", mandatory=False)
+
+
+def _expiration(ttl_ms: int | None) -> float | None:
+    # aio-pika takes seconds; the broker wants at least a millisecond.
+    return None if ttl_ms is None else max(ttl_ms, 1) / 1000

@@ -1,0 +1,118 @@
+"""The composition root: builds every process of `ltm` from the settings, in one place."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+
+import aio_pika
+
+from contracts import Topology
+from infra.logs import get_logger
+from infra.settings import Settings
+from infra.topology import declare_topology as declare_broker_topology
+from worker.adapters.database import MemoryStore, OutboxStore, create_engine
+from worker.adapters.metrics import serve_metrics
+from worker.runtime import Worker
+
+__all__ = [
+    "audit",
+    "build_worker",
+    "call",
+    "declare_topology",
+    "dlq",
+    "memory",
+    "run_gateway",
+    "run_worker",
+]
+
+log = get_logger("ltm")
+
+
+def build_worker(settings: Settings) -> Worker:
+    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size)
+    return Worker(settings=settings, store=MemoryStore(engine), outbox=OutboxStore(engine))
+
+
+def _stop_on_signals(stop: asyncio.Event | None = None, *callbacks: object) -> asyncio.Event:
+    """SIGTERM and SIGINT set the returned event."""
+    event = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # pragma: no cover - not on Windows
+            loop.add_signal_handler(signum, event.set)
+    return event
+
+
+async def declare_topology(settings: Settings) -> int:
+    connection = await aio_pika.connect(settings.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await declare_broker_topology(
+            channel, Topology(settings.amqp_prefix), shards=range(settings.shard_count)
+        )
+    print(
+        f"topology declared under prefix {settings.amqp_prefix!r} "
+        f"with {settings.shard_count} shard queue(s)"
+    )
+    return 0
+
+
+async def run_worker(settings: Settings) -> int:
+    worker = build_worker(settings)
+    metrics_runner = None
+    if settings.metrics_port:
+        metrics_runner = await serve_metrics(
+            worker.metrics, settings.metrics_port, ready=lambda: worker.ready
+        )
+    stop = _stop_on_signals()
+    stopper = asyncio.create_task(_stop_when(stop, worker))
+    try:
+        await worker.run()
+    finally:
+        stopper.cancel()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+    return 0
+
+
+async def _stop_when(stop: asyncio.Event, worker: Worker) -> None:
+    await stop.wait()
+    log.info("stopping: draining in-flight calls")
+    worker.stop()
+
+
+async def run_gateway(settings: Settings, shards: tuple[int, ...], shard_count: int) -> int:
+    from gateway.app import run_gateway as run
+
+    return await run(settings, shards, shard_count)
+
+
+async def call(settings: Settings, body: bytes, timeout: float) -> int:
+    from worker.ops.call import call_and_print
+
+    return await call_and_print(settings, body, timeout=timeout)
+
+
+async def dlq(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.ops import dead_letters
+
+    return await dead_letters.run_command(settings, args)
+
+
+async def audit(settings: Settings, args: argparse.Namespace) -> int:
+    if args.audit_command == "history":
+        from worker.ops.revisions import print_history
+
+        return await print_history(settings, args.memory_id)
+    from worker.ops import audit_stream
+
+    return await audit_stream.run_command(settings, args)
+
+
+async def memory(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.ops.revisions import restore
+
+    return await restore(settings, args.revision_id, actor=args.actor)

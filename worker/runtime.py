@@ -1,0 +1,343 @@
+"""The long-running worker: consume tool calls, run the pipeline, commit, publish, ack.
+
+Ack comes last: a crash anywhere before it redelivers the call, and the idempotency record
+turns the second run into a repeat of the stored answer (ARCHITECTURE.md, "What survives").
+The connection is supervised here rather than by `connect_robust`, so that every reconnect
+rebuilds the channels, the topology and the consumer the same way the first start did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aio_pika
+import aiormq
+import psycopg
+import structlog
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage, AbstractQueue
+from sqlalchemy import exc as sa_exc
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from contracts import (
+    InvalidEnvelope,
+    MemoryStatus,
+    ResultData,
+    ToolCallRequested,
+    Topology,
+    decode_tool_call,
+    result_routing_key,
+)
+from infra.logs import get_logger
+from infra.settings import Settings
+from infra.topology import SUPPORTED_TOOLS, declare_topology
+from worker.adapters.broker import EventPublisher
+from worker.adapters.database import MemoryStore, OutboxStore
+from worker.adapters.metrics import WorkerMetrics
+from worker.core import messages
+from worker.service import Processed, answer, process_tool_call
+
+__all__ = ["Worker", "is_transient"]
+
+log = get_logger("ltm.worker")
+
+_SWEEP_BATCH: Final = 500
+# Rows younger than this are being published by the worker that wrote them.
+_SWEEP_MIN_AGE_S: Final = 5.0
+_RECONNECT_MAX_S: Final = 5.0
+
+
+def is_transient(error: BaseException) -> bool:
+    """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion."""
+    if isinstance(error, sa_exc.DBAPIError):
+        return error.connection_invalidated or isinstance(error.orig, psycopg.OperationalError)
+    return isinstance(error, psycopg.OperationalError | sa_exc.TimeoutError | ConnectionError)
+
+
+@dataclass
+class Worker:
+    settings: Settings
+    store: MemoryStore
+    outbox: OutboxStore
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+
+    def __post_init__(self) -> None:
+        self.topology = Topology(self.settings.amqp_prefix)
+        self._publisher: EventPublisher | None = None
+        self._in_flight: set[asyncio.Task[Any]] = set()
+        self._consuming = False
+        self._stopping = asyncio.Event()
+        self._reply_ttl_ms = self.settings.reply_ttl_s * 1000
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._consuming and not self._stopping.is_set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Consumes until `stop()`, reconnecting whenever the broker goes away."""
+        backoff = 0.2
+        sweeper = asyncio.create_task(self._sweep_forever(), name="outbox-sweep")
+        try:
+            while not self._stopping.is_set():
+                try:
+                    connection = await aio_pika.connect(
+                        self.settings.amqp_url,
+                        client_properties={"connection_name": "ltm-worker"},
+                    )
+                except (OSError, aiormq.exceptions.AMQPError) as error:
+                    log.warning("broker unreachable", error=str(error), retry_in_s=backoff)
+                    await self._pause(backoff)
+                    backoff = min(backoff * 2, _RECONNECT_MAX_S)
+                    continue
+                backoff = 0.2
+                await self._serve(connection)
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await self.store.close()
+            log.info("worker stopped")
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _serve(self, connection: AbstractConnection) -> None:
+        """One connection's life: set up, consume until it closes or we stop, then drain."""
+        try:
+            async with connection:
+                setup = await connection.channel()
+                await declare_topology(setup, self.topology)
+                await setup.close()
+                self._publisher = await EventPublisher.open(connection, self.topology)
+                channel = await connection.channel()
+                await channel.set_qos(prefetch_count=self.settings.prefetch)
+                queue = await channel.get_queue(self.topology.worker_queue, ensure=False)
+                tag = await queue.consume(self._on_delivery)
+                self._consuming = True
+                log.info("consuming", queue=queue.name, prefetch=self.settings.prefetch)
+                stopping = asyncio.create_task(self._stopping.wait())
+                closed = asyncio.ensure_future(connection.closed())
+                await asyncio.wait({stopping, closed}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                self._consuming = False
+                if closed.done():
+                    log.warning("broker connection lost; reconnecting")
+                    return
+                closed.cancel()
+                await self._drain(queue, tag)
+                await self._flush_outbox()
+        except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as error:
+            self._consuming = False
+            log.warning("broker connection failed", error=repr(error))
+            await self._pause(0.2)
+
+    async def _drain(self, queue: AbstractQueue, tag: str) -> None:
+        """Stops taking new calls, then lets those in flight finish within the grace period."""
+        with contextlib.suppress(aiormq.exceptions.AMQPError, OSError):
+            await queue.cancel(tag)
+        if self._in_flight:
+            log.info("draining in-flight calls", count=len(self._in_flight))
+            _, pending = await asyncio.wait(
+                set(self._in_flight), timeout=self.settings.shutdown_grace_s
+            )
+            if pending:
+                log.warning("in-flight calls left for redelivery", count=len(pending))
+
+    # -- one delivery ----------------------------------------------------------------------
+
+    async def _on_delivery(self, message: AbstractIncomingMessage) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
+        self.metrics.in_flight.inc()
+        started = time.perf_counter()
+        try:
+            with structlog.contextvars.bound_contextvars(event_id=message.message_id):
+                await self._handle(message)
+        finally:
+            self.metrics.latency.observe(time.perf_counter() - started)
+            self.metrics.in_flight.dec()
+            self._in_flight.discard(task)
+
+    async def _handle(self, message: AbstractIncomingMessage) -> None:
+        publisher = self._publisher
+        assert publisher is not None
+        try:
+            call = decode_tool_call(message.body)
+        except InvalidEnvelope as error:
+            await self._dead_letter(message, f"invalid envelope: {error}", cause="invalid_envelope")
+            return
+        if call.tool_name not in SUPPORTED_TOOLS:
+            await self._dead_letter(
+                message, f"unsupported tool {call.tool_name!r}", cause="unsupported_tool"
+            )
+            return
+        with structlog.contextvars.bound_contextvars(tool_call_id=call.tool_call_id):
+            try:
+                processed = await self._run_pipeline(call)
+            except Exception as error:
+                if is_transient(error):
+                    log.error("database unavailable past the retry budget", error=repr(error))
+                    status, reason, cause = (
+                        MemoryStatus.DB_ERROR,
+                        f"database unavailable: {error!r}",
+                        "db_error",
+                    )
+                else:
+                    log.exception("pipeline failed")
+                    status, reason, cause = (
+                        MemoryStatus.INTERNAL_ERROR,
+                        f"internal error: {error!r}",
+                        "internal_error",
+                    )
+                await self._answer_unrecorded(call, status)
+                await self._dead_letter(message, reason, cause=cause)
+                return
+            await self._deliver(message, call, processed)
+
+    async def _run_pipeline(self, call: ToolCallRequested) -> Processed:
+        """One transaction, retried as a whole on transient faults for a bounded time."""
+
+        def count_retry(state: RetryCallState) -> None:
+            self.metrics.db_retries.inc()
+            outcome = state.outcome
+            error = outcome.exception() if outcome is not None else None
+            log.warning("transient database fault; retrying", error=repr(error))
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_delay(self.settings.db_retry_seconds),
+            wait=wait_exponential_jitter(initial=0.05, max=1.0, jitter=0.1),
+            before_sleep=count_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                async with self.store.transaction() as tx:
+                    return await process_tool_call(
+                        call,
+                        tx,
+                        max_memory_length=self.settings.max_memory_length,
+                        reply_ttl_ms=self._reply_ttl_ms,
+                    )
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    async def _deliver(
+        self, message: AbstractIncomingMessage, call: ToolCallRequested, processed: Processed
+    ) -> None:
+        """Publishes what committed, marks it, then acks; a failure leaves it to redelivery."""
+        publisher = self._publisher
+        assert publisher is not None
+        result = processed.result
+        try:
+            if processed.replayed:
+                await publisher.publish_event(
+                    result, result_routing_key(result.shard_id), self._reply_ttl_ms
+                )
+            else:
+                await publisher.publish_rows(processed.outbox)
+        except Exception as error:
+            # Committed but not (all) published: the sweep publishes the rows, and the
+            # redelivered call answers again from the stored result.
+            log.warning("publishing failed; leaving the call for redelivery", error=repr(error))
+            with contextlib.suppress(Exception):
+                await message.nack(requeue=True)
+            return
+        if processed.outbox:
+            try:
+                await self.outbox.mark_published([row.outbox_id for row in processed.outbox])
+            except Exception as error:
+                log.warning("could not mark outbox rows published", error=repr(error))
+        await message.ack()
+        self.metrics.calls.labels(result.status.value, str(processed.replayed).lower()).inc()
+        log.info(
+            "tool call answered",
+            status=result.status.value,
+            replayed=processed.replayed,
+            memory_id=result.data.memory_id,
+        )
+
+    async def _answer_unrecorded(self, call: ToolCallRequested, status: MemoryStatus) -> None:
+        """A result the database could not hold: sent directly, so the bot is not left waiting."""
+        publisher = self._publisher
+        assert publisher is not None
+        message = (
+            messages.database_unavailable()
+            if status is MemoryStatus.DB_ERROR
+            else messages.internal_error()
+        )
+        result = answer(call, status, message, ResultData())
+        await publisher.publish_event(
+            result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
+        )
+        self.metrics.calls.labels(status.value, "false").inc()
+
+    async def _dead_letter(
+        self, message: AbstractIncomingMessage, reason: str, *, cause: str
+    ) -> None:
+        publisher = self._publisher
+        assert publisher is not None
+        log.warning("dead-lettering", reason=reason, routing_key=message.routing_key)
+        await publisher.dead_letter(message, reason)
+        await message.ack()
+        self.metrics.dead_lettered.labels(cause).inc()
+
+    # -- the outbox sweep ------------------------------------------------------------------
+
+    async def _sweep_forever(self) -> None:
+        purge_every = max(60.0, self.settings.outbox_sweep_interval_s)
+        last_purge = time.monotonic()
+        while True:
+            await asyncio.sleep(self.settings.outbox_sweep_interval_s)
+            try:
+                await self._sweep(min_age_s=_SWEEP_MIN_AGE_S)
+                self.metrics.outbox_backlog.set(await self.outbox.backlog())
+                if time.monotonic() - last_purge > purge_every:
+                    last_purge = time.monotonic()
+                    await self.outbox.purge_published(age_s=self.settings.outbox_retention_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.warning("outbox sweep failed", error=repr(error))
+
+    async def _sweep(self, *, min_age_s: float) -> int:
+        """Publishes rows a crash or a lost broker left behind; returns how many it handled."""
+        publisher = self._publisher
+        if publisher is None or publisher.channel.is_closed:
+            return 0
+        handled = 0
+        while True:
+            async with self.outbox.unpublished(limit=_SWEEP_BATCH, min_age_s=min_age_s) as (
+                rows,
+                connection,
+            ):
+                if not rows:
+                    return handled
+                # An expired reply is stale news for the shard; it is dropped, not sent.
+                live = [row for row in rows if row.ttl_ms is None or row.ttl_ms > 0]
+                await publisher.publish_rows(live)
+                await self.outbox.mark_published_in(connection, [row.outbox_id for row in rows])
+            handled += len(rows)
+            self.metrics.outbox_swept.inc(len(live))
+            log.info("outbox rows swept", published=len(live), expired=len(rows) - len(live))
+
+    async def _flush_outbox(self) -> None:
+        try:
+            await self._sweep(min_age_s=0)
+        except Exception as error:
+            log.warning("could not flush the outbox at shutdown", error=repr(error))

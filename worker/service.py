@@ -1,0 +1,252 @@
+"""The pipeline of one tool call: the core's decisions over the facts the database gives.
+
+Runs inside one transaction (`ToolCallTransaction`); what it returns is committed by the
+caller, then published. Steps and their order are BEHAVIOUR.md's "The sequence".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contracts import (
+    CacheInvalidate,
+    EmbedRequested,
+    MemoryDeleted,
+    MemoryStatus,
+    MemoryUpdated,
+    ResultData,
+    ToolCallCompleted,
+    ToolCallRequested,
+    audit_routing_key,
+    cache_routing_key,
+    embed_routing_key,
+    result_routing_key,
+)
+from worker.adapters.database import OutboxRow, OutgoingEvent, StoredResult, ToolCallTransaction
+from worker.core.arguments import parse_arguments
+from worker.core.decide import (
+    check_personal_scope,
+    check_server_state,
+    check_target,
+    not_found,
+    plan_write,
+    success,
+)
+from worker.core.embed import build_embed
+from worker.core.model import (
+    DirectoryMember,
+    MemoryWrite,
+    Rejection,
+    ResolvedUser,
+    ServerState,
+    StoredUser,
+    WrittenMemory,
+)
+from worker.core.people import name_of
+from worker.core.resolve import resolve_target_user
+from worker.core.sanitize import prepare_content
+
+__all__ = ["Processed", "answer", "process_tool_call"]
+
+
+@dataclass(frozen=True, slots=True)
+class Processed:
+    """The result, and the outbox rows to publish once the transaction commits.
+
+    `replayed`: the call was answered before; `result` repeats that answer and is published
+    directly, since nothing was written for it.
+    """
+
+    result: ToolCallCompleted
+    outbox: list[OutboxRow]
+    replayed: bool = False
+
+
+def answer(
+    call: ToolCallRequested, status: MemoryStatus, message: str, data: ResultData
+) -> ToolCallCompleted:
+    context = call.context
+    return ToolCallCompleted(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        shard_id=context.shard_id,
+        success=status.success,
+        status=status,
+        message=message,
+        data=data,
+    )
+
+
+def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallCompleted:
+    # Routed as the original call was, so that a bot still waiting for it gets its answer.
+    return ToolCallCompleted(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        tool_name=stored.tool_name,
+        guild_id=stored.guild_id,
+        channel_id=stored.channel_id,
+        shard_id=stored.shard_id,
+        success=stored.status.success,
+        status=stored.status,
+        message=stored.message,
+        data=stored.data,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Committed:
+    """A write the database performed, with what the events need to describe it."""
+
+    write: MemoryWrite
+    written: WrittenMemory
+    state: ServerState
+    directory: list[DirectoryMember]
+    owner: StoredUser | None
+
+
+async def process_tool_call(
+    call: ToolCallRequested,
+    tx: ToolCallTransaction,
+    *,
+    max_memory_length: int,
+    reply_ttl_ms: int,
+) -> Processed:
+    claim = await tx.claim(call)
+    if claim.stored is not None:
+        return Processed(result=_answer_again(call, claim.stored), outbox=[], replayed=True)
+    outcome = await _decide_and_write(call, tx, claim.state, max_memory_length)
+    if isinstance(outcome, Rejection):
+        result = answer(call, outcome.status, outcome.message, outcome.data)
+        events = [OutgoingEvent(result, result_routing_key(call.context.shard_id), reply_ttl_ms)]
+    else:
+        status, message, data = success(outcome.write, outcome.written)
+        result = answer(call, status, message, data)
+        events = _events_of(call, result, outcome, reply_ttl_ms)
+    rows = await tx.finish(
+        call, status=result.status, message=result.message, data=result.data, events=events
+    )
+    return Processed(result=result, outbox=rows)
+
+
+async def _decide_and_write(
+    call: ToolCallRequested,
+    tx: ToolCallTransaction,
+    state: ServerState | None,
+    max_memory_length: int,
+) -> Rejection | _Committed:
+    context = call.context
+    arguments = parse_arguments(call.arguments)
+    if isinstance(arguments, Rejection):
+        return arguments
+    refused = check_server_state(state, context)
+    if refused is not None:
+        return refused
+    assert state is not None  # check_server_state refuses a missing one
+    content = prepare_content(arguments.content, max_memory_length)
+    if isinstance(content, Rejection):
+        return content
+
+    directory: list[DirectoryMember] = []
+    owner: tuple[ResolvedUser, StoredUser] | None = None
+    if arguments.target_user is not None:
+        if not context.is_dm:
+            directory = await tx.load_directory(state.server_id)
+        resolution = resolve_target_user(
+            arguments.target_user, context.participants, directory, is_dm=context.is_dm
+        )
+        target = check_target(resolution, bot_user_id=context.bot_user_id)
+        if isinstance(target, Rejection):
+            return target
+        user = await tx.load_user(target.user_id, server_id=state.server_id)
+        refused = check_personal_scope(
+            target, user, context=context, directory=directory, is_delete=content == ""
+        )
+        if refused is not None:
+            return refused
+        assert user is not None  # check_personal_scope refuses an unknown user
+        owner = (target, user)
+
+    write = plan_write(arguments, content, state, owner)
+    written = await tx.apply(write, actor=context.triggerer_id, tool_call_id=call.tool_call_id)
+    if written is None:
+        participant_ids = [participant.user_id for participant in context.participants]
+        return not_found(
+            write, in_other_scope=await tx.in_other_scope(write, participant_ids=participant_ids)
+        )
+    return _Committed(
+        write=write,
+        written=written,
+        state=state,
+        directory=directory,
+        owner=owner[1] if owner else None,
+    )
+
+
+def _events_of(
+    call: ToolCallRequested, result: ToolCallCompleted, committed: _Committed, reply_ttl_ms: int
+) -> list[OutgoingEvent]:
+    """The result, the embed, one cache invalidation and one audit event (BEHAVIOUR.md step 9)."""
+    context = call.context
+    write, written, state = committed.write, committed.written, committed.state
+    owner_name = (
+        name_of(write.owner_disc_id, context.participants, committed.directory)
+        if write.owner_disc_id is not None
+        else None
+    )
+    embed = EmbedRequested(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        shard_id=context.shard_id,
+        kind="memory_deleted" if write.is_delete else "memory_updated",
+        embed=build_embed(
+            write,
+            written,
+            persona_nickname=state.persona_nickname,
+            triggerer_name=name_of(context.triggerer_id, context.participants, committed.directory),
+            owner_name=owner_name,
+            personal_memories_enabled=state.personal_memories_enabled,
+            owner_blacklisted=committed.owner.blacklisted_here if committed.owner else False,
+        ),
+    )
+    if write.scope == "server_wide":
+        invalidation = CacheInvalidate(
+            causation_id=call.event_id,
+            cache="persona_state",
+            key=context.server_disc_id,
+            tool_call_id=call.tool_call_id,
+        )
+    else:
+        assert write.owner_disc_id is not None
+        invalidation = CacheInvalidate(
+            causation_id=call.event_id,
+            cache="user",
+            key=write.owner_disc_id,
+            tool_call_id=call.tool_call_id,
+        )
+    audit_type = MemoryDeleted if write.is_delete else MemoryUpdated
+    audit = audit_type(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        revision_id=written.revision_id,
+        scope=write.scope,
+        memory_id=write.memory_id,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        owner_id=write.owner_disc_id,
+        actor_id=context.triggerer_id,
+        persona_id=state.persona_id,
+        persona_lineage_id=written.persona_lineage_id,
+        content_before=written.content_before,
+        content_after=write.content,
+    )
+    return [
+        OutgoingEvent(result, result_routing_key(context.shard_id), reply_ttl_ms),
+        OutgoingEvent(embed, embed_routing_key(context.shard_id), reply_ttl_ms),
+        OutgoingEvent(invalidation, cache_routing_key(invalidation.cache, invalidation.key)),
+        OutgoingEvent(audit, audit_routing_key(audit.event_type.split(".")[1], write.scope)),
+    ]
