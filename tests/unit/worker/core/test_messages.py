@@ -1,0 +1,87 @@
+"""What the LLM is told: one short, actionable sentence per situation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from worker.core import messages
+
+LABEL = "Alice (@alice)"
+
+# Each message function by name, with its arguments where it has any.
+EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
+    ("arguments_not_object", messages.arguments_not_object),
+    ("invalid_memory_id", messages.invalid_memory_id),
+    ("invalid_memory_content", messages.invalid_memory_content),
+    ("invalid_target_user", lambda: messages.invalid_target_user("target_user")),
+    ("internal_error", messages.internal_error),
+    ("disabled", messages.disabled),
+    ("content_too_long", lambda: messages.content_too_long(length=1001, max_length=1000)),
+    ("ambiguous_user", lambda: messages.ambiguous_user(["Alex (@a1)", "Alex (@a2)", "Alexa"])),
+    ("user_not_found", messages.user_not_found),
+    ("bridge_user_target", lambda: messages.bridge_user_target(LABEL)),
+    ("bot_target", lambda: messages.bot_target(LABEL)),
+    ("user_not_stored", lambda: messages.user_not_stored(LABEL)),
+    ("not_current_member", lambda: messages.not_current_member(LABEL)),
+    ("dm_other_user", lambda: messages.dm_other_user(LABEL)),
+    ("privacy_restricted", lambda: messages.privacy_restricted(LABEL)),
+    ("not_found_server", lambda: messages.not_found_server(24)),
+    (
+        "not_found_server_is_personal_memory",
+        lambda: messages.not_found_server_is_personal_memory(24),
+    ),
+    ("not_found_personal", lambda: messages.not_found_personal(24, LABEL)),
+    (
+        "not_found_personal_is_server_memory",
+        lambda: messages.not_found_personal_is_server_memory(24, LABEL),
+    ),
+    ("memory_updated", lambda: messages.memory_updated(24, None)),
+    ("memory_updated", lambda: messages.memory_updated(24, LABEL)),
+    ("memory_deleted", lambda: messages.memory_deleted(24, None)),
+    ("memory_deleted", lambda: messages.memory_deleted(24, LABEL)),
+    ("database_unavailable", messages.database_unavailable),
+]
+
+
+@pytest.mark.parametrize(("function", "message"), EVERY_MESSAGE)
+def test_every_message_is_one_short_sentence(function: str, message: Callable[[], str]) -> None:
+    text = message()
+    assert text[0].isupper() or text[0] in "\"'" or text.startswith(("memory_", "target_user"))
+    assert text.endswith(".")
+    assert "\n" not in text
+    # One sentence: no full stop followed by a new sentence before the end.
+    assert not re.search(r"[.!?] [A-Z]", text.replace("ID:24", "")), text
+    assert len(text) <= 250
+
+
+def test_every_message_function_is_covered() -> None:
+    assert {function for function, _ in EVERY_MESSAGE} == set(messages.__all__)
+
+
+def test_messages_carry_what_the_llm_needs() -> None:
+    assert "1001" in messages.content_too_long(length=1001, max_length=1000)
+    assert "1000" in messages.content_too_long(length=1001, max_length=1000)
+    ambiguity = messages.ambiguous_user(["Alex (@a1)", "Alex (@a2)"])
+    assert '"Alex (@a1)"' in ambiguity
+    assert '"Alex (@a2)"' in ambiguity
+    assert "target_user_nickname" in messages.invalid_target_user("target_user_nickname")
+    assert "24" in messages.invalid_memory_id()
+    for text in (
+        messages.not_found_server(24),
+        messages.not_found_personal(24, LABEL),
+        messages.memory_updated(24, None),
+        messages.memory_deleted(24, LABEL),
+    ):
+        assert "ID:24" in text
+    assert LABEL in messages.memory_updated(24, LABEL)
+
+
+def test_not_found_names_the_other_scope_only_when_told() -> None:
+    assert "target_user" not in messages.not_found_server(24)
+    assert "personal" not in messages.not_found_server(24)
+    assert "with target_user" in messages.not_found_server_is_personal_memory(24)
+    assert "server memory" not in messages.not_found_personal(24, LABEL)
+    assert "without target_user" in messages.not_found_personal_is_server_memory(24, LABEL)
