@@ -40,6 +40,7 @@ from contracts import (
 from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import SUPPORTED_TOOLS, declare_topology
+from worker import failpoints
 from worker.adapters.broker import EventPublisher
 from worker.adapters.database import MemoryStore, OutboxStore
 from worker.adapters.metrics import WorkerMetrics
@@ -244,6 +245,8 @@ class Worker:
         publisher = self._publisher
         assert publisher is not None
         result = processed.result
+        if not processed.replayed:
+            failpoints.reach("after_commit")
         try:
             if processed.replayed:
                 await publisher.publish_event(
@@ -259,10 +262,12 @@ class Worker:
                 await message.nack(requeue=True)
             return
         if processed.outbox:
+            failpoints.reach("after_publish")
             try:
                 await self.outbox.mark_published([row.outbox_id for row in processed.outbox])
             except Exception as error:
                 log.warning("could not mark outbox rows published", error=repr(error))
+            failpoints.reach("after_mark")
         await message.ack()
         self.metrics.calls.labels(result.status.value, str(processed.replayed).lower()).inc()
         log.info(

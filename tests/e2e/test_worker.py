@@ -1,0 +1,211 @@
+"""A tool call published to the broker, through the real worker and database, to its events."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from aio_pika.abc import AbstractChannel
+
+from contracts import (
+    CacheInvalidate,
+    EmbedRequested,
+    MemoryDeleted,
+    MemoryStatus,
+    MemoryUpdated,
+    ToolCallCompleted,
+    Topology,
+)
+from tests.support.broker import publish_raw, publish_tool_call, tap_events
+from tests.support.processes import LtmProcess
+from tests.support.world import World, participant, snowflake, tool_call
+
+pytestmark = pytest.mark.usefixtures("worker_process")
+
+
+@pytest.mark.parametrize("shard_id", [0, 3])
+async def test_server_update_sends_result_embed_invalidation_and_audit(
+    channel: AbstractChannel, topology: Topology, world: World, shard_id: int
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server, nickname="Tomori")
+    memory_id = await world.server_memory(persona, "likes tea")
+    triggerer = snowflake()
+    call = tool_call(
+        persona,
+        {"memory_id": memory_id, "memory_content": "likes green tea"},
+        triggerer_id=triggerer,
+        participants=(participant(triggerer, "Bob"),),
+        shard_id=shard_id,
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+        await tap.wait_for(MemoryUpdated, tool_call_id=call.tool_call_id)
+        await tap.wait_for(CacheInvalidate, tool_call_id=call.tool_call_id)
+        [embed] = await tap.wait_for(EmbedRequested, tool_call_id=call.tool_call_id)
+
+    assert result.status is MemoryStatus.UPDATED
+    assert result.shard_id == shard_id and result.causation_id == call.event_id
+    assert await world.content(memory_id) == "likes green tea"
+    keys = {
+        d.routing_key for d in tap.deliveries if d.properties["correlation_id"] == call.tool_call_id
+    }
+    assert keys == {
+        f"result.shard.{shard_id}",
+        f"embed.shard.{shard_id}",
+        f"cache.persona_state.{server.disc_id}",
+        "memory.updated.server_wide",
+    }
+    assert embed.channel_id == call.context.channel_id
+    assert embed.embed.color == 0x25D4DA
+    result_delivery = next(d for d in tap.deliveries if d.routing_key.startswith("result."))
+    assert result_delivery.properties["message_id"] == str(result.event_id)
+    assert result_delivery.properties["type"] == "tool_call.completed"
+    assert result_delivery.properties["content_type"] == "application/json"
+    assert result_delivery.properties["expiration"] is not None
+    assert result_delivery.headers["schema_version"] == 1
+
+
+async def test_personal_delete_invalidates_the_owner(
+    channel: AbstractChannel, topology: Topology, world: World
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    owner_id, owner_disc = await world.user()
+    memory_id = await world.personal_memory(owner_id, 0, "owns a cat")
+    triggerer = snowflake()
+    call = tool_call(
+        persona,
+        {"memory_id": memory_id, "memory_content": "  ", "target_user": "@Carol"},
+        triggerer_id=triggerer,
+        participants=(participant(triggerer, "Bob"), participant(owner_disc, "Carol")),
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+        [audit] = await tap.wait_for(MemoryDeleted, tool_call_id=call.tool_call_id)
+        [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=call.tool_call_id)
+    assert result.status is MemoryStatus.DELETED
+    assert result.data.content_deleted == "owns a cat"
+    assert invalidation.cache == "user" and invalidation.key == owner_disc
+    assert audit.owner_id == owner_disc and audit.content_after is None
+    assert await world.content(memory_id) is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "status"),
+    [
+        ({"memory_id": "24", "memory_content": "x"}, MemoryStatus.INVALID_ARGS),
+        ({"memory_id": 987654321987, "memory_content": "x"}, MemoryStatus.NOT_FOUND),
+        ({"memory_id": 1, "memory_content": "x" * 2000}, MemoryStatus.INVALID_CONTENT),
+        (
+            {"memory_id": 1, "memory_content": "x", "target_user": "nobody"},
+            MemoryStatus.USER_NOT_FOUND,
+        ),
+    ],
+)
+async def test_failures_answer_with_a_status_and_send_nothing_else(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    arguments: dict[str, object],
+    status: MemoryStatus,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    call = tool_call(persona, arguments, triggerer_id=snowflake())
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+        # The audit stream binding sees everything: wait for the inbox to hold the answer.
+        assert (await world.inbox(call.tool_call_id) or {}).get("status") == status.value
+    assert result.status is status and not result.success and result.message
+    related = [d for d in tap.deliveries if d.properties["correlation_id"] == call.tool_call_id]
+    assert [d.routing_key for d in related] == ["result.shard.0"]
+    assert await world.revisions_of_call(call.tool_call_id) == []
+
+
+async def test_disabled_server_answers_disabled(
+    channel: AbstractChannel, topology: Topology, world: World
+) -> None:
+    server = await world.server(self_teaching_enabled=False)
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "unchanged")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "new"}, triggerer_id=snowflake()
+    )
+    async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+    assert result.status is MemoryStatus.DISABLED
+    assert await world.content(memory_id) == "unchanged"
+
+
+async def test_a_duplicate_publish_is_answered_again_and_applied_once(
+    channel: AbstractChannel, topology: Topology, world: World, worker_process: LtmProcess
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "v1")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "v2"}, triggerer_id=snowflake()
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        await tap.wait_for(EmbedRequested, tool_call_id=call.tool_call_id)
+        await publish_tool_call(channel, topology, call)
+        first, second = await tap.wait_for(ToolCallCompleted, 2, tool_call_id=call.tool_call_id)
+    assert (first.status, first.message, first.data) == (second.status, second.message, second.data)
+    assert first.event_id != second.event_id
+    assert len(tap.events(EmbedRequested, tool_call_id=call.tool_call_id)) == 1
+    assert len(tap.events(CacheInvalidate, tool_call_id=call.tool_call_id)) == 1
+    assert len(await world.revisions(memory_id)) == 1
+    assert 'replayed="true"' in worker_process.metrics()
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json at all", "invalid envelope"),
+        (b'{"schema_version": 2, "event_type": "tool_call.requested"}', "schema_version"),
+        (None, "context"),
+    ],
+    ids=["malformed", "unknown-schema-version", "missing-context"],
+)
+async def test_bad_envelopes_are_dead_lettered_with_a_reason(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    body: bytes | None,
+    reason: str,
+) -> None:
+    tool_call_id = f"bad-{uuid.uuid4()}"
+    if body is None:
+        body = (
+            b'{"event_id": "%s", "event_type": "tool_call.requested", "schema_version": 1,'
+            b' "occurred_at": "2026-01-01T00:00:00Z", "tool_call_id": "%s",'
+            b' "tool_name": "update_long_term_memory", "arguments": {}}'
+            % (str(uuid.uuid4()).encode(), tool_call_id.encode())
+        )
+    message_id = str(uuid.uuid4())
+    async with tap_events(channel, topology.dead_letter_exchange) as dead:
+        await publish_raw(
+            channel,
+            topology.tool_calls_exchange,
+            body,
+            "update_long_term_memory",
+            message_id=message_id,
+            correlation_id=tool_call_id,
+            headers={"schema_version": 1},
+        )
+        await dead.wait_until(
+            lambda tap: any(d.properties["message_id"] == message_id for d in tap.deliveries),
+            what="the dead-lettered copy",
+        )
+    [copy] = [d for d in dead.deliveries if d.properties["message_id"] == message_id]
+    assert copy.body == body
+    assert copy.routing_key == "update_long_term_memory"
+    assert reason in str(copy.headers["x-ltm-error"])
+    assert copy.headers["x-ltm-failed-at"]
+    assert await world.inbox(tool_call_id) is None
