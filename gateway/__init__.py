@@ -1,0 +1,72 @@
+"""The bot side of the long-term-memory contract: results, embeds, caches, member directory.
+
+Runs as its own process (`run_gateway`, REST only) or inside a hikari `GatewayBot`
+(`Gateway(...).attach(bot)`, `attach_directory(bot, directory)`).
+"""
+
+from gateway.app import Gateway, open_sender, run_gateway
+from gateway.caches import (
+    CacheInvalidationConsumer,
+    GatewayCaches,
+    InvalidationListener,
+    TTLCache,
+    instance_name,
+)
+from gateway.console import ConsoleSender, render_embed
+from gateway.delivery import Delivery, EmbedSender
+from gateway.directory import (
+    MemberDirectory,
+    MemberRow,
+    attach_directory,
+    detach_directory,
+    member_row,
+)
+from gateway.discord_sender import DiscordSender, RetryPolicy, discord_nonce, is_transient
+from gateway.embeds import to_hikari_embed
+from gateway.shard_consumer import ResultSink, SeenEvents, ShardConsumer
+from gateway.tool_client import (
+    TIMEOUT_STATUS,
+    UNAVAILABLE_STATUS,
+    MessageContext,
+    ToolClient,
+    ToolClientUnavailable,
+    parse_arguments,
+    timeout_answer,
+    unavailable_answer,
+)
+
+__all__ = [
+    "TIMEOUT_STATUS",
+    "UNAVAILABLE_STATUS",
+    "CacheInvalidationConsumer",
+    "ConsoleSender",
+    "Delivery",
+    "DiscordSender",
+    "EmbedSender",
+    "Gateway",
+    "GatewayCaches",
+    "InvalidationListener",
+    "MemberDirectory",
+    "MemberRow",
+    "MessageContext",
+    "ResultSink",
+    "RetryPolicy",
+    "SeenEvents",
+    "ShardConsumer",
+    "TTLCache",
+    "ToolClient",
+    "ToolClientUnavailable",
+    "attach_directory",
+    "detach_directory",
+    "discord_nonce",
+    "instance_name",
+    "is_transient",
+    "member_row",
+    "open_sender",
+    "parse_arguments",
+    "render_embed",
+    "run_gateway",
+    "timeout_answer",
+    "to_hikari_embed",
+    "unavailable_answer",
+]

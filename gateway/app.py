@@ -1,0 +1,286 @@
+"""The gateway: a process of its own (`run_gateway`) or a part of a hikari `GatewayBot`.
+
+`Gateway` owns one robust AMQP connection and, on it: the shard consumer of the shards it
+owns, this process's cache-invalidation consumer, and the `ToolClient` the bot's LLM loop
+uses. Embeds go through an `EmbedSender`: hikari's REST client with a bot token, or the
+terminal without one (console mode).
+
+Two ways to run it:
+- `run_gateway(settings, shards, shard_count)`: REST only (`hikari.RESTApp`), until SIGTERM or
+  SIGINT; then it stops consuming, lets in-flight deliveries finish, closes, returns 0.
+- Inside a bot: `gateway = Gateway(settings, sender=DiscordSender(bot.rest)); gateway.attach(bot)`
+  starts it when the bot starts (its shards are the bot's), and stops it when the bot stops;
+  `gateway.tool_client` and `gateway.caches` are then the bot's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Self
+
+import aio_pika
+import hikari
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+
+from contracts import Topology
+from gateway.caches import CacheInvalidationConsumer, GatewayCaches, instance_name
+from gateway.console import ConsoleSender
+from gateway.delivery import EmbedSender
+from gateway.discord_sender import DiscordSender, RetryPolicy
+from gateway.shard_consumer import ShardConsumer
+from gateway.tool_client import ToolClient
+from infra.logs import get_logger
+from infra.settings import Settings
+from infra.topology import declare_topology
+
+__all__ = ["Gateway", "open_sender", "run_gateway"]
+
+log = get_logger(__name__)
+
+
+def _rest_url(settings: Settings) -> str | None:
+    """`DISCORD_API_URL`, with the `/api/v10` hikari needs added when only a host is given."""
+    url = settings.discord_api_url
+    if not url:
+        return None
+    url = url.rstrip("/")
+    return url if "/api/v" in url else f"{url}/api/v10"
+
+
+@asynccontextmanager
+async def open_sender(
+    settings: Settings,
+    *,
+    max_retries: int = 3,
+    retry_policy: RetryPolicy | None = None,
+) -> AsyncIterator[EmbedSender]:
+    """A `DiscordSender` over its own `hikari.RESTApp` when `DISCORD_TOKEN` is set, else the
+    console. `max_retries`: hikari's own retries of a 5xx (0..5; tests use 0)."""
+    if settings.discord_token is None:
+        log.info("gateway.console_mode")
+        yield ConsoleSender()
+        return
+    app = hikari.RESTApp(url=_rest_url(settings), max_retries=max_retries)
+    await app.start()
+    try:
+        async with app.acquire(settings.discord_token.get_secret_value(), "Bot") as rest:
+            yield DiscordSender(rest, policy=retry_policy)
+    finally:
+        await app.close()
+
+
+class Gateway:
+    """Consumes results, embeds and invalidations for its shards; offers the tool client."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        sender: EmbedSender,
+        shards: Iterable[int] | None = None,
+        shard_count: int | None = None,
+        caches: GatewayCaches[Any, Any] | None = None,
+        instance: str | None = None,
+        prefetch: int = 32,
+        tool_timeout_s: float = 30.0,
+        connection: AbstractRobustConnection | None = None,
+    ) -> None:
+        """`shards`: those this process owns; None to decide at `start` (or from the bot).
+
+        `connection`: an AMQP connection to share; without one the gateway opens and closes
+        its own (`aio_pika.connect_robust(settings.amqp_url)`).
+        """
+        self.settings = settings
+        self.topology = Topology(settings.amqp_prefix)
+        self.sender = sender
+        self.shard_count = shard_count
+        self.shards: tuple[int, ...] = () if shards is None else tuple(sorted(set(shards)))
+        self._check_shards(self.shards)
+        self.caches: GatewayCaches[Any, Any] = caches or GatewayCaches.from_settings(settings)
+        self.instance = instance or instance_name()
+        self.prefetch = prefetch
+        self.tool_timeout_s = tool_timeout_s
+        self._connection = connection
+        self._owns_connection = connection is None
+        self._tool_client: ToolClient | None = None
+        self._shard_consumer: ShardConsumer | None = None
+        self._cache_consumer: CacheInvalidationConsumer | None = None
+        self._consume_channel: AbstractChannel | None = None
+        self._started = False
+
+    def _check_shards(self, shards: Iterable[int]) -> None:
+        for shard_id in shards:
+            if shard_id < 0 or (self.shard_count is not None and shard_id >= self.shard_count):
+                raise ValueError(f"shard {shard_id} is outside 0..{(self.shard_count or 1) - 1}")
+
+    @property
+    def tool_client(self) -> ToolClient:
+        if self._tool_client is None:
+            raise RuntimeError("the gateway is not started")
+        return self._tool_client
+
+    @property
+    def shard_consumer(self) -> ShardConsumer:
+        if self._shard_consumer is None:
+            raise RuntimeError("the gateway is not started")
+        return self._shard_consumer
+
+    @property
+    def cache_queue(self) -> str:
+        return self.topology.cache_queue(self.instance)
+
+    @property
+    def is_running(self) -> bool:
+        return self._started
+
+    async def start(self, shards: Iterable[int] | None = None) -> None:
+        """Connects, declares the topology, and consumes invalidations and the owned shards."""
+        if self._started:
+            if shards is not None:
+                await self.consume_shards(shards)
+            return
+        if self._connection is None:
+            self._connection = await aio_pika.connect_robust(self.settings.amqp_url)
+        connection = self._connection
+        declare_channel = await connection.channel()
+        await declare_topology(declare_channel, self.topology, self.shards)
+        await declare_channel.close()
+
+        publish_channel = await connection.channel(publisher_confirms=True)
+        self._tool_client = ToolClient(
+            publish_channel,
+            self.topology,
+            timeout_s=self.tool_timeout_s,
+            shards=self.shards or None,  # not known yet (a bot before its shards are up)
+        )
+        await self._tool_client.start()
+
+        consume_channel = await connection.channel()
+        await consume_channel.set_qos(prefetch_count=self.prefetch)
+        self._consume_channel = consume_channel
+        self._cache_consumer = CacheInvalidationConsumer(
+            consume_channel, self.topology, self.caches, self.instance
+        )
+        await self._cache_consumer.start()
+        self._shard_consumer = ShardConsumer(
+            consume_channel, self.topology, sender=self.sender, results=self._tool_client
+        )
+        self._started = True
+        await self.consume_shards(self.shards if shards is None else shards)
+        log.info(
+            "gateway.started",
+            shards=list(self.shards),
+            shard_count=self.shard_count,
+            instance=self.instance,
+            sender=type(self.sender).__name__,
+        )
+
+    async def consume_shards(self, shards: Iterable[int]) -> None:
+        """Also consumes these shards (e.g. the bot's, once it knows them)."""
+        wanted = tuple(sorted(set(shards)))
+        self._check_shards(wanted)
+        self.shards = tuple(sorted(set(self.shards) | set(wanted)))
+        if self._tool_client is not None:
+            self._tool_client.set_shards(self.shards)
+        if self._shard_consumer is not None:
+            await self._shard_consumer.start(wanted)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stops consuming, waits for in-flight deliveries (up to the grace), closes."""
+        if not self._started:
+            return
+        self._started = False
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        if self._tool_client is not None:
+            self._tool_client.close()
+        if self._cache_consumer is not None:
+            await self._cache_consumer.stop(grace)
+        if self._shard_consumer is not None:
+            await self._shard_consumer.stop(grace)
+        if self._owns_connection and self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+        log.info("gateway.stopped", instance=self.instance)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def attach(self, bot: hikari.GatewayBot) -> None:
+        """Runs with the bot: connects when it starts, consumes its shards once they are up,
+        and stops (finishing in-flight deliveries) when the bot stops, before its REST closes.
+        """
+
+        async def on_starting(_: hikari.StartingEvent) -> None:
+            await self.start()
+
+        async def on_started(_: hikari.StartedEvent) -> None:
+            if self.shard_count is None:
+                self.shard_count = bot.shard_count
+            await self.consume_shards(bot.shards)
+
+        async def on_stopping(_: hikari.StoppingEvent) -> None:
+            await self.stop()
+
+        bot.subscribe(hikari.StartingEvent, on_starting)
+        bot.subscribe(hikari.StartedEvent, on_started)
+        bot.subscribe(hikari.StoppingEvent, on_stopping)
+
+
+async def run_gateway(
+    settings: Settings,
+    shards: tuple[int, ...],
+    shard_count: int,
+    *,
+    stop: asyncio.Event | None = None,
+    max_retries: int = 3,
+    retry_policy: RetryPolicy | None = None,
+    instance: str | None = None,
+) -> int:
+    """Runs a gateway process for `shards` until SIGTERM or SIGINT (or `stop` is set).
+
+    Returns 0 after a clean stop. The keyword arguments are for tests and tools.
+    """
+    if not shards:
+        raise ValueError("a gateway process needs at least one shard")
+    stop_event = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop_event.set)
+            handled.append(signum)
+    try:
+        async with open_sender(
+            settings, max_retries=max_retries, retry_policy=retry_policy
+        ) as sender:
+            gateway = Gateway(
+                settings,
+                sender=sender,
+                shards=shards,
+                shard_count=shard_count,
+                instance=instance,
+            )
+            await gateway.start()
+            try:
+                await stop_event.wait()
+                log.info("gateway.stopping", shards=list(shards))
+            finally:
+                await gateway.stop()
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+    return 0

@@ -1,0 +1,135 @@
+"""Posts embeds to Discord through hikari's REST client, classifying each failure.
+
+- 403 (`hikari.ForbiddenError`) and 404 (`hikari.NotFoundError`), and any other 4xx but 429:
+  the message can never be posted. Logged, and the delivery is acknowledged (`DROPPED`).
+- 429: hikari waits and retries by itself, within its `max_rate_limit`.
+- 5xx, timeouts, connection errors: retried here with exponential backoff and jitter for at
+  most `RetryPolicy.retry_for_s`, then `RETRY_LATER`: the delivery is requeued and tried
+  again later; the message's AMQP expiration bounds how stale a notice can get.
+
+Each message carries a nonce derived from the event id, which hikari sends with
+`enforce_nonce`: when a retry follows a request that Discord did carry out (a timeout after
+the write), Discord answers with the first message instead of posting a second one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import hikari
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
+
+from contracts import EmbedRequested
+from gateway.delivery import Delivery
+from gateway.embeds import to_hikari_embed
+from infra.logs import get_logger
+
+__all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient"]
+
+log = get_logger(__name__)
+
+# Discord accepts a nonce of up to 25 characters.
+_NONCE_LENGTH = 25
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long a transient failure (5xx, network) is retried before the delivery is requeued."""
+
+    retry_for_s: float = 30.0
+    first_wait_s: float = 0.5
+    max_wait_s: float = 5.0
+
+
+def discord_nonce(event_id: uuid.UUID) -> str:
+    """A nonce that names the event: the same event always gets the same nonce."""
+    return event_id.hex[:_NONCE_LENGTH]
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for failures that may pass: server errors, timeouts, connection errors."""
+    if isinstance(error, hikari.RateLimitTooLongError):
+        return False  # waiting here longer than hikari's own limit helps no one: requeue
+    if isinstance(error, hikari.ClientHTTPResponseError):
+        return False  # 4xx: the request itself is wrong, or we may not post there
+    if isinstance(error, hikari.HTTPError):
+        return True  # 5xx (InternalServerError) and connection errors (plain HTTPError)
+    return isinstance(error, TimeoutError | ConnectionError)
+
+
+class DiscordSender:
+    """Sends embeds with a started hikari REST client (`RESTApp.acquire(...)` or `bot.rest`)."""
+
+    def __init__(self, rest: hikari.api.RESTClient, *, policy: RetryPolicy | None = None) -> None:
+        self._rest = rest
+        self._policy = policy or RetryPolicy()
+
+    async def send(self, request: EmbedRequested) -> Delivery:
+        bound = log.bind(
+            tool_call_id=request.tool_call_id,
+            event_id=str(request.event_id),
+            channel_id=request.channel_id,
+        )
+        embed = to_hikari_embed(request.embed)
+        policy = self._policy
+
+        def before_sleep(state: RetryCallState) -> None:
+            outcome = state.outcome
+            error = outcome.exception() if outcome is not None else None
+            bound.warning(
+                "embed.send_retrying",
+                attempt=state.attempt_number,
+                wait_s=round(state.upcoming_sleep, 3),
+                error=repr(error),
+            )
+
+        retrying = AsyncRetrying(
+            stop=stop_after_delay(policy.retry_for_s),
+            wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s)
+            + wait_random(0, policy.first_wait_s),
+            retry=retry_if_exception(is_transient),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    message = await self._rest.create_message(
+                        int(request.channel_id),
+                        embed=embed,
+                        nonce=discord_nonce(request.event_id),
+                    )
+        except (hikari.ForbiddenError, hikari.NotFoundError) as error:
+            bound.warning(
+                "embed.dropped",
+                reason="forbidden" if isinstance(error, hikari.ForbiddenError) else "not_found",
+                status=int(error.status),
+                discord_code=error.code,
+                discord_message=error.message,
+            )
+            return Delivery.DROPPED
+        except hikari.ClientHTTPResponseError as error:
+            bound.error(
+                "embed.rejected",
+                status=int(error.status),
+                discord_code=error.code,
+                discord_message=error.message,
+            )
+            return Delivery.DROPPED
+        except Exception as error:
+            if not is_transient(error) and not isinstance(
+                error, hikari.RateLimitTooLongError | hikari.ComponentStateConflictError
+            ):
+                raise
+            bound.warning("embed.send_failed_requeue", error=repr(error))
+            return Delivery.RETRY_LATER
+        bound.info("embed.sent", message_id=str(message.id))
+        return Delivery.SENT

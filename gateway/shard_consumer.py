@@ -1,0 +1,211 @@
+"""Consumes this process's shard queues (`<prefix>.gateway.shard.<n>`), with manual acks.
+
+- `tool_call.completed` wakes the tool call waiting in this process (`ToolClient.resolve`).
+- `embed.requested` is sent (Discord, or the terminal): acknowledged once sent or once it can
+  never succeed, requeued when Discord stayed unreachable for the sender's retry budget.
+- Deduplicated by `event_id`: a bounded LRU of the ids handled to completion, and a per-id
+  lock so that two copies delivered at once are handled one after the other. A redelivered or
+  duplicated embed is never sent twice by this process (and Discord's `enforce_nonce` covers a
+  copy that reaches another process within a few minutes).
+- An undecodable message, or an event that does not belong on a shard queue, is logged and
+  rejected without requeue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+
+from contracts import (
+    EmbedRequested,
+    InvalidEnvelope,
+    ToolCallCompleted,
+    Topology,
+    decode_event,
+)
+from gateway.delivery import Delivery, EmbedSender
+from gateway.inflight import InFlight
+from infra.logs import get_logger
+from infra.topology import declare_shard_queue
+
+__all__ = ["ResultSink", "SeenEvents", "ShardConsumer"]
+
+log = get_logger(__name__)
+
+
+class ResultSink(Protocol):
+    """Where results go: the `ToolClient` of this process."""
+
+    def resolve(self, completed: ToolCallCompleted) -> bool: ...
+
+
+class SeenEvents:
+    """A bounded LRU of event ids handled to completion."""
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._ids: OrderedDict[uuid.UUID, None] = OrderedDict()
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, event_id: uuid.UUID) -> None:
+        self._ids[event_id] = None
+        self._ids.move_to_end(event_id)
+        while len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+
+
+class _KeyedLocks:
+    """One lock per key while someone holds or waits for it; forgotten afterwards."""
+
+    def __init__(self) -> None:
+        self._locks: dict[uuid.UUID, tuple[asyncio.Lock, int]] = {}
+
+    @contextmanager
+    def _reference(self, key: uuid.UUID) -> Iterator[asyncio.Lock]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            yield lock
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    async def run_locked(self, key: uuid.UUID, handler: _Handler) -> None:
+        with self._reference(key) as lock:
+            async with lock:
+                await handler()
+
+
+class _Handler(Protocol):
+    async def __call__(self) -> None: ...
+
+
+class ShardConsumer:
+    """Consumes the queues of the shards this process owns."""
+
+    def __init__(
+        self,
+        channel: AbstractChannel,
+        topology: Topology,
+        *,
+        sender: EmbedSender,
+        results: ResultSink,
+        seen: SeenEvents | None = None,
+    ) -> None:
+        """`channel` should have a prefetch (QoS) set: it bounds the deliveries in flight."""
+        self._channel = channel
+        self._topology = topology
+        self._sender = sender
+        self._results = results
+        self.seen = seen or SeenEvents()
+        self._locks = _KeyedLocks()
+        self._inflight = InFlight()
+        self._consumers: dict[int, tuple[AbstractQueue, str]] = {}
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        return tuple(sorted(self._consumers))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    async def start(self, shards: Iterable[int]) -> None:
+        """Declares (idempotently) and consumes each shard's queue; already consumed ones stay."""
+        for shard_id in shards:
+            if shard_id in self._consumers:
+                continue
+            queue = await declare_shard_queue(self._channel, self._topology, shard_id)
+            tag = await queue.consume(self._on_message)
+            self._consumers[shard_id] = (queue, tag)
+            log.info("shard.consuming", shard_id=shard_id, queue=queue.name)
+
+    async def stop(self, grace_s: float = 20.0) -> None:
+        """Stops taking deliveries, then waits up to `grace_s` for those being handled."""
+        for shard_id, (queue, tag) in list(self._consumers.items()):
+            try:
+                await queue.cancel(tag)
+            except Exception as error:  # the channel may already be closed
+                log.warning("shard.cancel_failed", shard_id=shard_id, error=repr(error))
+        self._consumers.clear()
+        cancelled = await self._inflight.drain(grace_s)
+        if cancelled:
+            log.warning("shard.stop_cancelled_deliveries", count=cancelled)
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        with self._inflight.track():
+            try:
+                event = decode_event(message.body)
+            except InvalidEnvelope as error:
+                log.error(
+                    "shard.undecodable",
+                    reason=str(error),
+                    message_id=message.message_id,
+                    tool_call_id=message.correlation_id,
+                    routing_key=message.routing_key,
+                )
+                await message.reject(requeue=False)
+                return
+            if not isinstance(event, ToolCallCompleted | EmbedRequested):
+                log.error(
+                    "shard.unexpected_event",
+                    event_type=event.event_type,
+                    event_id=str(event.event_id),
+                    tool_call_id=event.correlation_id,
+                )
+                await message.reject(requeue=False)
+                return
+
+            async def handle() -> None:
+                await self._handle(event, message)
+
+            await self._locks.run_locked(event.event_id, handle)
+
+    async def _handle(
+        self, event: ToolCallCompleted | EmbedRequested, message: AbstractIncomingMessage
+    ) -> None:
+        if event.event_id in self.seen:
+            log.info(
+                "shard.duplicate",
+                event_type=event.event_type,
+                event_id=str(event.event_id),
+                tool_call_id=event.tool_call_id,
+                redelivered=message.redelivered,
+            )
+            await message.ack()
+            return
+        if isinstance(event, ToolCallCompleted):
+            self._results.resolve(event)
+            self.seen.add(event.event_id)
+            await message.ack()
+            return
+
+        try:
+            outcome = await self._sender.send(event)
+        except Exception:
+            # Not a failure the sender knows (a bug, most likely): requeuing would repeat it.
+            log.exception(
+                "embed.send_crashed", tool_call_id=event.tool_call_id, event_id=str(event.event_id)
+            )
+            outcome = Delivery.DROPPED
+        if outcome is Delivery.RETRY_LATER:
+            await message.nack(requeue=True)
+            return
+        self.seen.add(event.event_id)
+        await message.ack()

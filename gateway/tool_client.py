@@ -1,0 +1,278 @@
+"""The bot's side of a tool call: publish `tool_call.requested`, await `tool_call.completed`.
+
+The LLM loop calls `ToolClient.call(...)` with the LLM's tool call and the message context;
+it gets back what the LLM should see: `ToolCallCompleted.for_llm()`, or a clear answer when
+the memory service did not answer in time or could not be reached. The answer is routed to
+the shard named in the context (`result.shard.<n>`), whose consumer in this process resolves
+the waiting call (`ToolClient.resolve`): a call must name a shard this process consumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractExchange
+
+from contracts import (
+    Participant,
+    ToolCallCompleted,
+    ToolCallContext,
+    ToolCallRequested,
+    Topology,
+    amqp_properties,
+    encode_event,
+)
+from infra.logs import get_logger
+
+__all__ = [
+    "TIMEOUT_STATUS",
+    "UNAVAILABLE_STATUS",
+    "MessageContext",
+    "ToolClient",
+    "ToolClientUnavailable",
+    "parse_arguments",
+    "timeout_answer",
+    "unavailable_answer",
+]
+
+log = get_logger(__name__)
+
+TIMEOUT_STATUS: Final = "memory_service_timeout"
+UNAVAILABLE_STATUS: Final = "memory_service_unavailable"
+
+Snowflakeish = int | str
+
+
+def timeout_answer(timeout_s: float) -> dict[str, Any]:
+    """What the LLM sees when no result came in time: the outcome is unknown, not a failure."""
+    return {
+        "success": False,
+        "status": TIMEOUT_STATUS,
+        "message": (
+            f"The memory service did not answer within {timeout_s:g} seconds, so it is unknown "
+            "whether the memory was changed; do not repeat the call now, and tell the user the "
+            "change may still appear shortly."
+        ),
+    }
+
+
+def unavailable_answer(reason: str) -> dict[str, Any]:
+    """What the LLM sees when the request could not even be handed to the memory service."""
+    return {
+        "success": False,
+        "status": UNAVAILABLE_STATUS,
+        "message": (
+            "The memory service is unavailable right now, so nothing was changed; "
+            f"tell the user to try again later ({reason})."
+        ),
+    }
+
+
+def parse_arguments(arguments: Mapping[str, Any] | str | None) -> Any:
+    """The LLM's arguments as JSON: a dict as is, a JSON string parsed.
+
+    A string that is not JSON is passed on unchanged: the worker judges arguments (and answers
+    `memory_update_failed_invalid_args`), so that one place decides what is valid.
+    """
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        text = arguments.strip()
+        if not text:
+            return {}
+        try:
+            return json.loads(text)
+        except ValueError:
+            return arguments
+    return json.loads(json.dumps(dict(arguments)))  # plain JSON values only
+
+
+@dataclass(frozen=True, slots=True)
+class MessageContext:
+    """Where and for whom the LLM answered; ids may be hikari snowflakes, ints or strings."""
+
+    guild_id: Snowflakeish | None
+    channel_id: Snowflakeish
+    triggerer_id: Snowflakeish
+    bot_user_id: Snowflakeish
+    persona_id: int
+    shard_id: int
+    participants: Sequence[Participant] = field(default_factory=tuple)
+    locale: str = "en-US"
+
+    def to_contract(self) -> ToolCallContext:
+        return ToolCallContext(
+            guild_id=None if self.guild_id is None else str(int(self.guild_id)),
+            channel_id=str(int(self.channel_id)),
+            triggerer_id=str(int(self.triggerer_id)),
+            bot_user_id=str(int(self.bot_user_id)),
+            persona_id=self.persona_id,
+            shard_id=self.shard_id,
+            locale=self.locale,
+            participants=tuple(self.participants),
+        )
+
+
+class ToolClient:
+    """Publishes tool calls with publisher confirms and awaits their results."""
+
+    def __init__(
+        self,
+        channel: AbstractChannel,
+        topology: Topology,
+        *,
+        timeout_s: float = 30.0,
+        shards: Iterable[int] | None = None,
+    ) -> None:
+        """`channel` must have publisher confirms on (aio-pika's default).
+
+        `shards`: those whose results this process consumes; a call for another shard is
+        refused, as its result would never come back here. None: not checked.
+        """
+        self._channel = channel
+        self._topology = topology
+        self.timeout_s = timeout_s
+        self._shards: frozenset[int] | None = None if shards is None else frozenset(shards)
+        self._exchange: AbstractExchange | None = None
+        self._waiting: dict[str, asyncio.Future[ToolCallCompleted]] = {}
+        self._closed = False
+
+    @property
+    def shards(self) -> Collection[int] | None:
+        return self._shards
+
+    def set_shards(self, shards: Iterable[int]) -> None:
+        self._shards = frozenset(shards)
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting)
+
+    async def start(self) -> None:
+        self._exchange = await self._channel.declare_exchange(
+            self._topology.tool_calls_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+        )
+        self._closed = False
+
+    def close(self) -> None:
+        """Stops taking calls; calls still waiting get the unavailable answer."""
+        self._closed = True
+        for future in self._waiting.values():
+            if not future.done():
+                future.cancel()
+
+    @staticmethod
+    def build_request(
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str | None,
+        context: MessageContext | ToolCallContext,
+    ) -> ToolCallRequested:
+        contract = context.to_contract() if isinstance(context, MessageContext) else context
+        return ToolCallRequested(
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            arguments=parse_arguments(arguments),
+            context=contract,
+        )
+
+    async def call(
+        self,
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str | None,
+        context: MessageContext | ToolCallContext,
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Runs one tool call; returns what the LLM should see (never raises for the service)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        request = self.build_request(tool_call_id, tool_name, arguments, context)
+        try:
+            completed = await self.request(request, timeout_s=timeout)
+        except TimeoutError:
+            log.warning("tool_call.timed_out", tool_call_id=tool_call_id, timeout_s=timeout)
+            return timeout_answer(timeout)
+        except ToolClientUnavailable as error:
+            log.error("tool_call.unavailable", tool_call_id=tool_call_id, reason=str(error))
+            return unavailable_answer(str(error))
+        return completed.for_llm()
+
+    async def request(self, request: ToolCallRequested, *, timeout_s: float) -> ToolCallCompleted:
+        """Publishes `request` and returns its result; raises `TimeoutError` or
+        `ToolClientUnavailable`."""
+        tool_call_id = request.tool_call_id
+        shard_id = request.context.shard_id
+        if self._closed or self._exchange is None:
+            raise ToolClientUnavailable("the gateway is not running")
+        if self._shards is not None and shard_id not in self._shards:
+            raise ToolClientUnavailable(f"shard {shard_id} is not consumed by this process")
+        if tool_call_id in self._waiting:
+            raise ToolClientUnavailable(f"tool call {tool_call_id!r} is already waiting")
+        future: asyncio.Future[ToolCallCompleted] = asyncio.get_running_loop().create_future()
+        self._waiting[tool_call_id] = future  # before publishing: the answer can be fast
+        try:
+            try:
+                confirmation = await self._exchange.publish(
+                    aio_pika.Message(encode_event(request), **amqp_properties(request)),
+                    routing_key=request.tool_name,
+                    mandatory=True,
+                    timeout=timeout_s,
+                )
+            except TimeoutError:
+                raise ToolClientUnavailable("the broker did not confirm the call") from None
+            except Exception as error:
+                raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
+            if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+                # Returned unroutable (no worker queue bound for this tool): nobody will answer.
+                raise ToolClientUnavailable(f"no queue takes the tool {request.tool_name!r}")
+            log.info(
+                "tool_call.published",
+                tool_call_id=tool_call_id,
+                tool_name=request.tool_name,
+                shard_id=shard_id,
+                event_id=str(request.event_id),
+            )
+            try:
+                return await asyncio.wait_for(future, timeout=timeout_s)
+            except asyncio.CancelledError:
+                if future.cancelled() and not _current_task_cancelling():
+                    raise ToolClientUnavailable("the gateway stopped") from None
+                raise
+        finally:
+            self._waiting.pop(tool_call_id, None)
+            if not future.done():
+                future.cancel()
+
+    def resolve(self, completed: ToolCallCompleted) -> bool:
+        """Hands a result to its waiting call; False when no call here waits for it."""
+        future = self._waiting.get(completed.tool_call_id)
+        if future is None or future.done():
+            log.info(
+                "tool_call.result_without_waiter",
+                tool_call_id=completed.tool_call_id,
+                status=completed.status.value,
+            )
+            return False
+        future.set_result(completed)
+        log.info(
+            "tool_call.completed",
+            tool_call_id=completed.tool_call_id,
+            status=completed.status.value,
+        )
+        return True
+
+
+class ToolClientUnavailable(RuntimeError):
+    """The call could not be handed to the memory service (not running, publish failed)."""
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
