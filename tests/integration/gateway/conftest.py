@@ -1,0 +1,199 @@
+"""Fixtures of the gateway tests: a fake Discord, a broker channel to publish and inspect with,
+and gateways started against both, each on shards of its own so that tests do not interfere."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import aio_pika
+import hikari
+import pytest
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+from pydantic import SecretStr
+
+from contracts import (
+    EmbedField,
+    EmbedPayload,
+    EmbedRequested,
+    Event,
+    MemoryStatus,
+    ResultData,
+    ToolCallCompleted,
+    Topology,
+    amqp_properties,
+    embed_routing_key,
+    encode_event,
+    result_routing_key,
+)
+from gateway import DiscordSender, Gateway, RetryPolicy
+from infra.settings import Settings
+from tests.support.fake_discord import FakeDiscord, random_snowflake
+from tests.support.waiting import eventually
+
+# Shards 0 and 1 belong to the two-instance test; every other test takes fresh ones.
+_shards = itertools.count(2)
+SHARD_COUNT = 100_000
+
+FAST_RETRIES = RetryPolicy(retry_for_s=5.0, first_wait_s=0.05, max_wait_s=0.2)
+
+
+def fresh_shard() -> int:
+    return next(_shards)
+
+
+@pytest.fixture(scope="session")
+async def fake_discord() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def topology(settings: Settings) -> Topology:
+    return Topology(settings.amqp_prefix)
+
+
+@pytest.fixture(scope="session")
+async def amqp(settings: Settings) -> AsyncIterator[AbstractRobustConnection]:
+    connection = await aio_pika.connect_robust(settings.amqp_url)
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def channel(amqp: AbstractRobustConnection) -> AsyncIterator[AbstractChannel]:
+    opened = await amqp.channel()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture(scope="session")
+def gateway_settings(settings: Settings, fake_discord: FakeDiscord) -> Settings:
+    return settings.model_copy(
+        update={
+            "discord_token": SecretStr("fake-token-main"),
+            "discord_api_url": fake_discord.url,
+        }
+    )
+
+
+GatewayFactory = Callable[..., AbstractAsyncContextManager[Gateway]]
+
+
+@pytest.fixture
+def start_gateway(settings: Settings, fake_discord: FakeDiscord) -> GatewayFactory:
+    """`async with start_gateway(shards=(n,)) as gateway:` a gateway sending to the fake."""
+
+    @asynccontextmanager
+    async def start(
+        *,
+        shards: tuple[int, ...],
+        shard_count: int = SHARD_COUNT,
+        token: str = "fake-token-main",
+        policy: RetryPolicy = FAST_RETRIES,
+        stop_grace_s: float = 5.0,
+        **options: Any,
+    ) -> AsyncIterator[Gateway]:
+        app = hikari.RESTApp(url=fake_discord.url, max_retries=0)
+        await app.start()
+        try:
+            async with app.acquire(token, "Bot") as rest:
+                gateway = Gateway(
+                    settings,
+                    sender=DiscordSender(rest, policy=policy),
+                    shards=shards,
+                    shard_count=shard_count,
+                    **options,
+                )
+                await gateway.start()
+                try:
+                    yield gateway
+                finally:
+                    await gateway.stop(grace_s=stop_grace_s)
+        finally:
+            await app.close()
+
+    return start
+
+
+async def publish(
+    channel: AbstractChannel,
+    topology: Topology,
+    event: Event,
+    routing_key: str,
+    *,
+    expiration_s: int | None = 900,
+) -> None:
+    """As the worker does: persistent, the contract's properties, and an expiration."""
+    exchange = await channel.declare_exchange(
+        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    await exchange.publish(
+        aio_pika.Message(encode_event(event), **amqp_properties(event), expiration=expiration_s),
+        routing_key=routing_key,
+    )
+
+
+async def publish_embed(
+    channel: AbstractChannel, topology: Topology, event: EmbedRequested
+) -> None:
+    await publish(channel, topology, event, embed_routing_key(event.shard_id))
+
+
+async def publish_result(
+    channel: AbstractChannel, topology: Topology, event: ToolCallCompleted
+) -> None:
+    await publish(channel, topology, event, result_routing_key(event.shard_id))
+
+
+def embed_requested(shard_id: int, channel_id: int | None = None, **embed: Any) -> EmbedRequested:
+    payload: dict[str, Any] = {
+        "title": "Tomori remembered something",
+        "description": "```\nAlice likes tea\n```",
+        "color": 0x25D4DA,
+        "footer": "Manage server memories with /memory server",
+        "fields": (EmbedField(name="Before", value="Alice likes coffee", inline=False),),
+    }
+    payload.update(embed)
+    return EmbedRequested(
+        tool_call_id=f"call_{random_snowflake()}",
+        guild_id=str(random_snowflake()),
+        channel_id=str(channel_id or random_snowflake()),
+        shard_id=shard_id,
+        kind="memory_updated",
+        embed=EmbedPayload(**payload),
+    )
+
+
+def tool_call_completed(
+    tool_call_id: str, shard_id: int, channel_id: str | None = None
+) -> ToolCallCompleted:
+    return ToolCallCompleted(
+        tool_call_id=tool_call_id,
+        tool_name="update_long_term_memory",
+        guild_id=str(random_snowflake()),
+        channel_id=channel_id or str(random_snowflake()),
+        shard_id=shard_id,
+        success=True,
+        status=MemoryStatus.UPDATED,
+        message="Saved: Alice likes tea.",
+        data=ResultData(scope="server_wide", memory_id=42, content_saved="Alice likes tea"),
+    )
+
+
+async def queue_depth(channel: AbstractChannel, name: str) -> int:
+    """Ready messages (not those delivered and unacknowledged)."""
+    queue = await channel.declare_queue(name, passive=True)
+    result = queue.declaration_result
+    return int(result.message_count or 0)
+
+
+async def until(condition: Callable[[], bool], *, what: str, timeout: float = 15.0) -> None:
+    """Waits (with a deadline) until `condition()` holds."""
+
+    async def probe() -> bool:
+        return condition()
+
+    await eventually(probe, timeout=timeout, what=what)
