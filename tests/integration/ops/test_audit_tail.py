@@ -1,0 +1,174 @@
+"""`ltm audit tail` against the real broker's audit stream."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from aio_pika.abc import AbstractChannel
+
+from contracts import MemoryUpdated, Topology, utc_now
+from infra.settings import Settings
+from tests.integration.ops.seeding import memory_updated, publish_event
+from tests.support.waiting import eventually
+from worker.ops.audit_stream import event_line, parse_start, tail_audit
+
+# Generous: a tail that did not stop on its own fails here instead of hanging the run.
+TAIL_DEADLINE_S = 30.0
+
+
+async def _publish(
+    channel: AbstractChannel, topology: Topology, *names: str
+) -> list[MemoryUpdated]:
+    events = [
+        memory_updated(f"tc-{name}", memory_id, f"{name} before", f"{name} after")
+        for memory_id, name in enumerate(names, start=1)
+    ]
+    for event in events:
+        await publish_event(channel, topology, event)
+    return events
+
+
+async def _tail(settings: Settings, start: str, *, as_json: bool = False) -> list[str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.wait_for(
+        tail_audit(settings, start, as_json=as_json, out=out, err=err, stop=asyncio.Event()),
+        TAIL_DEADLINE_S,
+    )
+    assert code == 0, err.getvalue()
+    return out.getvalue().splitlines()
+
+
+async def _clock_passes(moment: datetime) -> None:
+    async def passed() -> bool:
+        return utc_now() > moment
+
+    await eventually(passed, what=f"the clock to pass {moment}")
+
+
+async def test_tail_from_first_prints_every_event_in_order(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    events = await _publish(channel, topology, "a", "b", "c")
+
+    lines = await _tail(ops_settings, "first")
+
+    assert len(lines) == 3
+    for line, event in zip(lines, events, strict=True):
+        assert "memory.updated" in line
+        assert f"call={event.tool_call_id}" in line
+        assert f"server_wide #{event.memory_id}" in line
+        assert f'"{event.content_before}" → "{event.content_after}"' in line
+
+
+async def test_tail_as_json_prints_each_body_on_one_line(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    events = await _publish(channel, topology, "a", "b", "c")
+
+    lines = await _tail(ops_settings, "first", as_json=True)
+
+    bodies = [json.loads(line) for line in lines]
+    assert [body["event_id"] for body in bodies] == [str(event.event_id) for event in events]
+    assert [MemoryUpdated.model_validate_json(line) for line in lines] == events
+
+
+async def test_tail_from_a_time_prints_only_later_events(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    await _publish(channel, topology, "early1", "early2")
+    boundary = utc_now()
+    # The broker's timestamp offset is chunk- and second-grained: the early events may come
+    # back from the stream, and the tail must drop them itself.
+    await _clock_passes(boundary + timedelta(milliseconds=5))
+    later = await _publish(channel, topology, "late1", "late2")
+
+    lines = await _tail(ops_settings, boundary.isoformat(), as_json=True)
+
+    assert [json.loads(line)["tool_call_id"] for line in lines] == [
+        event.tool_call_id for event in later
+    ]
+
+
+async def test_tail_from_last_ends_with_the_newest_event(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    events = await _publish(channel, topology, "a", "b", "c")
+
+    lines = await _tail(ops_settings, "last", as_json=True)
+
+    assert lines
+    assert json.loads(lines[-1])["event_id"] == str(events[-1].event_id)
+
+
+async def test_tail_exits_on_its_own_once_caught_up(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    await _publish(channel, topology, "a")
+    started = time.monotonic()
+
+    lines = await _tail(ops_settings, "first")
+
+    assert len(lines) == 1
+    assert time.monotonic() - started < 10
+
+
+async def test_tail_of_an_empty_stream_prints_nothing_and_exits(ops_settings: Settings) -> None:
+    assert await _tail(ops_settings, "first") == []
+
+
+async def test_follow_prints_new_events_until_stopped(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    (old,) = await _publish(channel, topology, "old")
+    out, stop = io.StringIO(), asyncio.Event()
+    tail = asyncio.create_task(
+        tail_audit(ops_settings, "first", follow=True, as_json=True, out=out, stop=stop)
+    )
+
+    async def printed(tool_call_id: str) -> bool:
+        return f'"tool_call_id":"{tool_call_id}"' in out.getvalue()
+
+    await eventually(lambda: printed(old.tool_call_id), what="the old event")
+    (new,) = await _publish(channel, topology, "new")
+    await eventually(lambda: printed(new.tool_call_id), what="the new event")
+    stop.set()
+
+    assert await asyncio.wait_for(tail, TAIL_DEADLINE_S) == 0
+
+
+async def test_a_bad_start_is_a_usage_error(ops_settings: Settings) -> None:
+    err = io.StringIO()
+
+    assert await tail_audit(ops_settings, "yesterday", out=io.StringIO(), err=err) == 2
+    assert "--from must be first, last, or a time" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("first", "first"),
+        ("LAST", "last"),
+        ("2025-01-31T12:00:00Z", datetime(2025, 1, 31, 12, tzinfo=UTC)),
+        ("2025-01-31T14:00:00+02:00", datetime(2025, 1, 31, 12, tzinfo=UTC)),
+        ("2025-01-31 12:00", datetime(2025, 1, 31, 12, tzinfo=UTC)),
+        ("2025-01-31 12:00:30", datetime(2025, 1, 31, 12, 0, 30, tzinfo=UTC)),
+        ("2025-01-31", datetime(2025, 1, 31, tzinfo=UTC)),
+    ],
+)
+def test_parse_start(text: str, expected: object) -> None:
+    assert parse_start(text) == expected
+
+
+def test_event_line_of_a_delete_says_deleted() -> None:
+    event = memory_updated("tc-x", 9, "line one\nline two", "ignored")
+    deleted = event.model_copy(update={"content_after": None})
+
+    line = event_line(deleted)
+
+    assert '"line one line two" → (deleted)' in line
+    assert "\n" not in line

@@ -1,0 +1,485 @@
+"""`ltm dlq list|replay|purge`: the operators' tools over the dead-letter queue.
+
+Two kinds of message land in `<prefix>.tool_calls.dead`, both with their original body, routing
+key and properties: those the worker dead-letters carry `x-ltm-error` and `x-ltm-failed-at`;
+those the broker dead-letters (at the work queue's delivery limit) carry `x-death` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, TextIO
+
+import aio_pika
+import orjson
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractConnection,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+)
+from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError
+
+from contracts import Topology
+from infra.settings import Settings
+from infra.topology import worker_queue_arguments
+
+__all__ = [
+    "WORKER_ATTEMPTS_HEADER",
+    "WORKER_ERROR_HEADER",
+    "WORKER_FAILED_AT_HEADER",
+    "DeadLetter",
+    "DeadLetterSource",
+    "describe",
+    "inspect_dead_letters",
+    "list_dead_letters",
+    "original_routing_key",
+    "purge_dead_letters",
+    "replay_dead_letters",
+    "replay_message",
+    "run_command",
+]
+
+WORKER_ERROR_HEADER: Final = "x-ltm-error"
+WORKER_FAILED_AT_HEADER: Final = "x-ltm-failed-at"
+# Not in the contract: read when the worker records how often it tried before giving up.
+WORKER_ATTEMPTS_HEADER: Final = "x-ltm-attempts"
+
+# How many messages one command holds unacknowledged at most (list, replay --id).
+DEFAULT_LIMIT: Final = 10_000
+# Outstanding replays (publish, confirm, then ack) while replaying everything.
+REPLAY_WINDOW: Final = 100
+# The broker said these messages are there: wait this long for each before giving up on it
+# (another consumer may hold some unacknowledged, and those never come).
+DELIVERY_PATIENCE_S: Final = 3.0
+
+DeadLetterSource = Literal["worker", "broker"]
+
+# Headers that describe a previous life of the message, not the message itself.
+_LIFE_HEADER_PREFIXES: Final = ("x-ltm-", "x-death", "x-first-death-", "x-last-death-")
+_LIFE_HEADERS: Final = frozenset({"x-delivery-count"})
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead-lettered message, as the tools show it."""
+
+    event_id: str | None
+    tool_call_id: str | None
+    routing_key: str
+    source: DeadLetterSource
+    reason: str
+    failed_at: datetime | None
+    attempts: int | None
+
+
+def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter:
+    headers = message.headers or {}
+    body = _body_fields(message.body)
+    death = _death_entry(headers, topology)
+    # The worker's own reason wins: its copy keeps whatever headers the delivery had.
+    if death is None or WORKER_ERROR_HEADER in headers:
+        source: DeadLetterSource = "worker"
+        reason = str(headers.get(WORKER_ERROR_HEADER) or "unknown (no x-ltm-error header)")
+        failed_at = _parse_time(headers.get(WORKER_FAILED_AT_HEADER))
+        attempts = _worker_attempts(message, headers)
+    else:
+        source = "broker"
+        reason = f"{death.get('reason', 'unknown')} (queue {death.get('queue', '?')})"
+        failed_at = _parse_time(death.get("time"))
+        attempts = _broker_attempts(death, topology)
+    return DeadLetter(
+        event_id=message.message_id or _text(body.get("event_id")),
+        tool_call_id=message.correlation_id or _text(body.get("tool_call_id")),
+        routing_key=original_routing_key(message, topology),
+        source=source,
+        reason=reason,
+        failed_at=failed_at,
+        attempts=attempts,
+    )
+
+
+def original_routing_key(message: AbstractIncomingMessage, topology: Topology) -> str:
+    """The key it was first published with: the broker keeps it in `x-death`; the worker
+    dead-letters with the delivery's own routing key."""
+    death = _death_entry(message.headers or {}, topology)
+    if death is not None:
+        keys = death.get("routing-keys")
+        if isinstance(keys, Sequence) and keys and isinstance(keys[0], str):
+            return keys[0]
+    return message.routing_key or ""
+
+
+def replay_message(message: AbstractIncomingMessage) -> aio_pika.Message:
+    """The message as it was first published: same body and properties, no dead-letter marks."""
+    headers = {
+        name: value
+        for name, value in (message.headers or {}).items()
+        if name not in _LIFE_HEADERS and not name.startswith(_LIFE_HEADER_PREFIXES)
+    }
+    return aio_pika.Message(
+        message.body,
+        headers=headers,
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        delivery_mode=message.delivery_mode or aio_pika.DeliveryMode.PERSISTENT,
+        priority=message.priority,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        message_id=message.message_id,
+        timestamp=message.timestamp,
+        type=message.type,
+        app_id=message.app_id,
+    )
+
+
+async def run_command(settings: Settings, args: argparse.Namespace) -> int:
+    """`ltm dlq ACTION`, as `worker.cli` parsed it."""
+    match args.dlq_command:
+        case "list":
+            return await list_dead_letters(settings)
+        case "replay":
+            return await replay_dead_letters(
+                settings, event_id=args.event_id, replay_all=bool(args.all)
+            )
+        case "purge":
+            return await purge_dead_letters(settings, yes=bool(args.yes))
+    print(f"unknown dlq action {args.dlq_command!r}", file=sys.stderr)
+    return 2
+
+
+async def inspect_dead_letters(
+    settings: Settings, *, limit: int = DEFAULT_LIMIT
+) -> tuple[list[DeadLetter], int]:
+    """The dead letters (at most `limit`) and how many the queue holds; consumes nothing."""
+    topology = Topology(settings.amqp_prefix)
+    async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
+        queue = await _dead_letter_queue(channel, topology)
+        total = _message_count(queue)
+        held = await _hold(queue, min(total, limit))
+        # Closing the channel without acknowledging hands every message back to the queue.
+        return [describe(message, topology) for message in held], total
+
+
+async def list_dead_letters(
+    settings: Settings,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> int:
+    """`ltm dlq list`: prints a table of the dead letters; exit code 0, 1 when there is no queue."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        entries, total = await inspect_dead_letters(settings, limit=limit)
+    except ChannelNotFoundEntity:
+        return _missing_queue(settings, err)
+    if not entries:
+        print(f"{Topology(settings.amqp_prefix).dead_letter_queue} is empty", file=out)
+        return 0
+    _print_table(entries, out)
+    shown = f"{len(entries)} of {total}" if total > len(entries) else f"{len(entries)}"
+    print(f"{shown} dead-lettered message(s)", file=out)
+    return 0
+
+
+async def replay_dead_letters(
+    settings: Settings,
+    *,
+    event_id: str | None = None,
+    replay_all: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> int:
+    """`ltm dlq replay --id EVENT_ID | --all`: republishes to `<prefix>.tool_calls` with the
+    original routing key and properties; each dead-letter copy is acked only after the
+    broker confirmed its replay. Exit code 1 for an unknown id or a failed replay."""
+    out, err = out or sys.stdout, err or sys.stderr
+    if (event_id is None) == (not replay_all):
+        print("give either an event id or replay_all", file=err)
+        return 2
+    topology = Topology(settings.amqp_prefix)
+    try:
+        async with (
+            _connection(settings) as connection,
+            _dead_letter_channel(connection) as channel,
+        ):
+            queue = await _dead_letter_queue(channel, topology)
+            exchange = await channel.get_exchange(topology.tool_calls_exchange)
+            replayer = _Replayer(exchange, topology, out, err)
+            if event_id is not None:
+                return await replayer.one(queue, event_id, limit)
+            return await replayer.everything(queue)
+    except ChannelNotFoundEntity:
+        return _missing_queue(settings, err)
+
+
+async def purge_dead_letters(
+    settings: Settings,
+    *,
+    yes: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> int:
+    """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`."""
+    out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
+    topology = Topology(settings.amqp_prefix)
+    try:
+        async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
+            queue = await _dead_letter_queue(channel, topology)
+            count = _message_count(queue)
+            if count == 0:
+                print(f"{topology.dead_letter_queue} is empty", file=out)
+                return 0
+            question = f"remove {count} dead-lettered message(s) from {queue.name}? [y/N] "
+            if not yes and not await _confirmed(question, out, stdin):
+                print("nothing removed", file=out)
+                return 0
+            purged = await queue.purge()
+    except ChannelNotFoundEntity:
+        return _missing_queue(settings, err)
+    print(f"removed {purged.message_count} dead-lettered message(s)", file=out)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Replayer:
+    """Republishes dead letters to the tool-call exchange, confirmed, then acks each copy."""
+
+    exchange: AbstractExchange
+    topology: Topology
+    out: TextIO
+    err: TextIO
+
+    async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> int:
+        total = _message_count(queue)
+        held = await _hold(queue, min(total, limit))
+        # At-least-once dead-lettering may have stored a message twice: replay every copy.
+        matches = [m for m in held if describe(m, self.topology).event_id == event_id]
+        if not matches:
+            looked = f"the first {len(held)} of {total}" if total > len(held) else f"{len(held)}"
+            print(
+                f"no dead-lettered message with event id {event_id} "
+                f"({looked} message(s) looked at)",
+                file=self.err,
+            )
+            return 1
+        replayed = [await self.replay(message) for message in matches]
+        return 0 if all(replayed) else 1
+
+    async def everything(self, queue: AbstractQueue) -> int:
+        # Only what is there now: a replayed call the worker dead-letters again joins the
+        # queue's tail and must not be replayed a second time in this run.
+        total = _message_count(queue)
+        if total == 0:
+            print(f"{self.topology.dead_letter_queue} is empty", file=self.out)
+            return 0
+        results: list[asyncio.Task[bool]] = []
+        async with (
+            _deliveries(queue, prefetch=min(total, REPLAY_WINDOW)) as deliveries,
+            asyncio.TaskGroup() as replays,
+        ):
+            while len(results) < total:
+                message = await _next(deliveries, DELIVERY_PATIENCE_S)
+                if message is None:
+                    break
+                results.append(replays.create_task(self.replay(message)))
+        replayed = sum(task.result() for task in results)
+        print(f"replayed {replayed} of {len(results)} dead-lettered message(s)", file=self.out)
+        return 0 if replayed == len(results) else 1
+
+    async def replay(self, message: AbstractIncomingMessage) -> bool:
+        entry = describe(message, self.topology)
+        try:
+            await self.exchange.publish(replay_message(message), routing_key=entry.routing_key)
+        except DeliveryError as error:
+            # Unconfirmed or unroutable: the dead-letter copy stays where it is.
+            print(
+                f"could not replay {entry.event_id}: {error!r}; it stays dead-lettered",
+                file=self.err,
+            )
+            return False
+        await message.ack()
+        print(
+            f"replayed {entry.event_id} (tool call {entry.tool_call_id}) to "
+            f"{self.exchange.name} with routing key {entry.routing_key}",
+            file=self.out,
+        )
+        return True
+
+
+async def _hold(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
+    """Takes up to `count` messages without acknowledging them; the caller's channel returns
+    those it does not ack when it closes."""
+    if count <= 0:
+        return []
+    held: list[AbstractIncomingMessage] = []
+    async with _deliveries(queue, prefetch=count) as deliveries:
+        while len(held) < count:
+            message = await _next(deliveries, DELIVERY_PATIENCE_S)
+            if message is None:
+                break
+            held.append(message)
+    return held
+
+
+@asynccontextmanager
+async def _deliveries(
+    queue: AbstractQueue, *, prefetch: int
+) -> AsyncIterator[asyncio.Queue[AbstractIncomingMessage]]:
+    await queue.channel.set_qos(prefetch_count=prefetch)
+    deliveries: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        deliveries.put_nowait(message)
+
+    tag = await queue.consume(on_message)
+    try:
+        yield deliveries
+    finally:
+        if not queue.channel.is_closed:
+            await queue.cancel(tag)
+
+
+async def _next(
+    deliveries: asyncio.Queue[AbstractIncomingMessage], patience: float
+) -> AbstractIncomingMessage | None:
+    try:
+        return await asyncio.wait_for(deliveries.get(), patience)
+    except TimeoutError:
+        return None
+
+
+@asynccontextmanager
+async def _connection(settings: Settings) -> AsyncIterator[AbstractConnection]:
+    # A plain connection: a one-shot tool must fail loudly, not reconnect mid-replay.
+    connection = await aio_pika.connect(settings.amqp_url)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+@asynccontextmanager
+async def _dead_letter_channel(connection: AbstractConnection) -> AsyncIterator[AbstractChannel]:
+    channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+    try:
+        yield channel
+    finally:
+        if not channel.is_closed:
+            await channel.close()
+
+
+async def _dead_letter_queue(channel: AbstractChannel, topology: Topology) -> AbstractQueue:
+    return await channel.declare_queue(topology.dead_letter_queue, passive=True)
+
+
+def _message_count(queue: AbstractQueue) -> int:
+    return int(queue.declaration_result.message_count or 0)
+
+
+def _missing_queue(settings: Settings, err: TextIO) -> int:
+    topology = Topology(settings.amqp_prefix)
+    print(f"{topology.dead_letter_queue} does not exist: run `ltm topology` first", file=err)
+    return 1
+
+
+async def _confirmed(question: str, out: TextIO, stdin: TextIO) -> bool:
+    print(question, end="", file=out, flush=True)
+    # Off the event loop: the connection's heartbeats go on while the operator thinks.
+    answer = await asyncio.to_thread(stdin.readline)
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _death_entry(headers: Mapping[str, Any], topology: Topology) -> Mapping[str, Any] | None:
+    """The x-death entry of the work queue, else the most recent one."""
+    deaths = headers.get("x-death")
+    if not isinstance(deaths, Sequence) or isinstance(deaths, str | bytes) or not deaths:
+        return None
+    entries = [entry for entry in deaths if isinstance(entry, Mapping)]
+    for entry in entries:
+        if entry.get("queue") == topology.worker_queue:
+            return entry
+    return entries[0] if entries else None
+
+
+def _broker_attempts(death: Mapping[str, Any], topology: Topology) -> int | None:
+    count = death.get("count")
+    if not isinstance(count, int):
+        return None
+    if death.get("reason") == "delivery_limit" and death.get("queue") == topology.worker_queue:
+        # Each such death is the limit's worth of redeliveries plus the first delivery.
+        return count * (int(worker_queue_arguments(topology)["x-delivery-limit"]) + 1)
+    return count
+
+
+def _worker_attempts(message: AbstractIncomingMessage, headers: Mapping[str, Any]) -> int | None:
+    attempts = headers.get(WORKER_ATTEMPTS_HEADER)
+    if isinstance(attempts, int):
+        return attempts
+    # The worker copies the work queue's x-delivery-count; once the dead-letter queue itself
+    # has redelivered the message (a listing returns it), that header is the DLQ's own count.
+    count = headers.get("x-delivery-count")
+    if isinstance(count, int) and not message.redelivered:
+        return count + 1
+    return None
+
+
+def _body_fields(body: bytes) -> dict[str, Any]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def _format_time(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _print_table(entries: Sequence[DeadLetter], out: TextIO) -> None:
+    header = ("EVENT ID", "TOOL CALL ID", "FAILED AT", "ATTEMPTS", "ROUTING KEY", "REASON")
+    rows = [
+        (
+            entry.event_id or "-",
+            entry.tool_call_id or "-",
+            _format_time(entry.failed_at),
+            "?" if entry.attempts is None else str(entry.attempts),
+            entry.routing_key or "-",
+            f"{entry.source}: {entry.reason}",
+        )
+        for entry in entries
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]), file=out)
