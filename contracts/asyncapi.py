@@ -1,0 +1,498 @@
+"""The contract as an AsyncAPI 3.0 document: every channel, message and operation of CONTRACT.md.
+
+Schemas come from the pydantic models, so the document cannot drift from the code;
+`make asyncapi` writes it to `contracts/asyncapi.yaml`, and a test fails when the committed
+file differs. PyYAML is imported only to render: bot shards import `contracts` with pydantic
+alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Final
+
+from contracts.audit import MemoryDeleted, MemoryRestored, MemoryUpdated
+from contracts.cache import CacheInvalidate
+from contracts.codec import CONTENT_TYPE, EVENT_TYPES
+from contracts.embeds import EmbedRequested
+from contracts.envelope import SCHEMA_VERSION, Event
+from contracts.results import ToolCallCompleted
+from contracts.tool_calls import UPDATE_LONG_TERM_MEMORY, ToolCallRequested
+from contracts.topology import DEFAULT_PREFIX, Topology
+
+__all__ = ["ASYNCAPI_VERSION", "build_document", "main", "render_yaml"]
+
+ASYNCAPI_VERSION: Final = "3.0.0"
+DOCUMENT_VERSION: Final = f"{SCHEMA_VERSION}.0.0"
+AMQP_BINDING_VERSION: Final = "0.3.0"
+REPLY_TTL_MS: Final = 900_000  # LTM_REPLY_TTL_S's default
+
+_SCHEMAS: Final = "#/components/schemas/"
+_MESSAGES: Final = "#/components/messages/"
+
+# The message each event type is known by in the document.
+_MESSAGE_NAMES: Final[dict[type[Event], str]] = {
+    ToolCallRequested: "ToolCallRequested",
+    ToolCallCompleted: "ToolCallCompleted",
+    EmbedRequested: "EmbedRequested",
+    CacheInvalidate: "CacheInvalidate",
+    MemoryUpdated: "MemoryUpdated",
+    MemoryDeleted: "MemoryDeleted",
+    MemoryRestored: "MemoryRestored",
+}
+
+_SUMMARIES: Final[dict[type[Event], str]] = {
+    ToolCallRequested: "A bot shard asks the worker to run one LLM tool call.",
+    ToolCallCompleted: "The worker's answer to one tool call, routed to the shard that asked.",
+    EmbedRequested: "A notice the shard posts in the channel after a committed change.",
+    CacheInvalidate: "Every gateway process drops one cache entry.",
+    MemoryUpdated: "Audit: a memory's content was replaced.",
+    MemoryDeleted: "Audit: a memory was deleted.",
+    MemoryRestored: "Audit: a memory was put back as it was before a revision.",
+}
+
+
+def build_document(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
+    """The AsyncAPI document as plain data, names under `prefix`."""
+    topology = Topology(prefix)
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": _info(),
+        "defaultContentType": CONTENT_TYPE,
+        "servers": {
+            "broker": {
+                "host": "localhost:5672",
+                "protocol": "amqp",
+                "protocolVersion": "0.9.1",
+                "description": "RabbitMQ (LTM_AMQP_URL); quorum and stream queues need 3.9+.",
+            }
+        },
+        "channels": _channels(topology),
+        "operations": _operations(),
+        "components": {"messages": _messages(), "schemas": _schemas()},
+    }
+
+
+def render_yaml(prefix: str = DEFAULT_PREFIX) -> str:
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True  # shared sub-objects written out in full: no &id001 anchors
+
+    # Long descriptions stay readable; key order stays as built.
+    _Dumper.add_representer(str, _represent_text)
+    rendered: str = yaml.dump(
+        build_document(prefix),
+        Dumper=_Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+    )
+    return rendered
+
+
+def main() -> int:
+    sys.stdout.write(render_yaml())
+    return 0
+
+
+def _represent_text(dumper: Any, text: str) -> Any:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+def _info() -> dict[str, Any]:
+    return {
+        "title": "Long-term-memory update service",
+        "version": DOCUMENT_VERSION,
+        "description": (
+            "Messages between bot shards, the worker, gateway processes and operators' tools.\n"
+            f"Names are shown under the default prefix `{DEFAULT_PREFIX}` (setting "
+            "LTM_AMQP_PREFIX).\n"
+            "Every message is persistent (delivery_mode 2), UTF-8 JSON (content_type "
+            f"{CONTENT_TYPE}), and carries the AMQP properties message_id = event_id, "
+            "correlation_id = tool_call_id where there is one, type = event_type, timestamp, "
+            f"and the header schema_version ({SCHEMA_VERSION}).\n"
+            "Consumers deduplicate on event_id. Ids of Discord objects are strings of digits.\n"
+        ),
+    }
+
+
+def _ref(target: str) -> dict[str, str]:
+    return {"$ref": target}
+
+
+def _exchange_binding(name: str) -> dict[str, Any]:
+    return {
+        "amqp": {
+            "is": "routingKey",
+            "exchange": {"name": name, "type": "topic", "durable": True, "autoDelete": False},
+            "bindingVersion": AMQP_BINDING_VERSION,
+        }
+    }
+
+
+def _queue_binding(name: str, *, durable: bool = True, exclusive: bool = False) -> dict[str, Any]:
+    return {
+        "amqp": {
+            "is": "queue",
+            "queue": {
+                "name": name,
+                "durable": durable,
+                "exclusive": exclusive,
+                "autoDelete": exclusive,
+            },
+            "bindingVersion": AMQP_BINDING_VERSION,
+        }
+    }
+
+
+def _messages_of(*models: type[Event]) -> dict[str, Any]:
+    return {_MESSAGE_NAMES[model]: _ref(_MESSAGES + _MESSAGE_NAMES[model]) for model in models}
+
+
+def _queue_channel(
+    name: str,
+    description: str,
+    messages: dict[str, Any],
+    *,
+    arguments: dict[str, Any],
+    bound: list[dict[str, str]],
+    parameters: dict[str, Any] | None = None,
+    exclusive: bool = False,
+) -> dict[str, Any]:
+    channel: dict[str, Any] = {
+        "address": name,
+        "description": description,
+        "messages": messages,
+    }
+    if parameters:
+        channel["parameters"] = parameters
+    channel["bindings"] = _queue_binding(name, durable=not exclusive, exclusive=exclusive)
+    # The AMQP binding object has no place for these: specification extensions carry them.
+    channel["x-amqp-queue-arguments"] = arguments
+    channel["x-amqp-queue-bindings"] = bound
+    return channel
+
+
+def _channels(topology: Topology) -> dict[str, Any]:
+    shard = {"shardId": {"description": "The bot shard's number (context.shard_id), >= 0."}}
+    audit_models = (MemoryUpdated, MemoryDeleted, MemoryRestored)
+    every_event = tuple(model for model in _MESSAGE_NAMES if model is not ToolCallRequested)
+    dead_letters = {"DeadLetteredToolCall": _ref(_MESSAGES + "DeadLetteredToolCall")}
+    return {
+        "toolCallRequested": {
+            "address": UPDATE_LONG_TERM_MEMORY,
+            "description": "Tool calls, routed by tool name.",
+            "messages": _messages_of(ToolCallRequested),
+            "bindings": _exchange_binding(topology.tool_calls_exchange),
+        },
+        "toolCallCompleted": {
+            "address": "result.shard.{shardId}",
+            "description": "The result of a tool call, for the shard that published it.",
+            "messages": _messages_of(ToolCallCompleted),
+            "parameters": shard,
+            "bindings": _exchange_binding(topology.events_exchange),
+        },
+        "embedRequested": {
+            "address": "embed.shard.{shardId}",
+            "description": "Embeds to post, for the shard that published the call.",
+            "messages": _messages_of(EmbedRequested),
+            "parameters": shard,
+            "bindings": _exchange_binding(topology.events_exchange),
+        },
+        "cacheInvalidate": {
+            "address": "cache.{cache}.{key}",
+            "description": "Cache invalidations, for every gateway process.",
+            "messages": _messages_of(CacheInvalidate),
+            "parameters": {
+                "cache": {"enum": ["persona_state", "user"], "description": "Which cache."},
+                "key": {"description": "Guild id (user id in a DM), or a user's Discord id."},
+            },
+            "bindings": _exchange_binding(topology.events_exchange),
+        },
+        "memoryChanged": {
+            "address": "memory.{action}.{scope}",
+            "description": "The audit trail of every change.",
+            "messages": _messages_of(*audit_models),
+            "parameters": {
+                "action": {"enum": ["updated", "deleted", "restored"]},
+                "scope": {"enum": ["server_wide", "target_user"]},
+            },
+            "bindings": _exchange_binding(topology.events_exchange),
+        },
+        "deadLetter": {
+            "address": "{toolName}",
+            "description": (
+                "Tool calls the worker gave up on, with their original routing key, body and "
+                "properties. The worker republishes them here with the headers x-ltm-error "
+                "and x-ltm-failed-at; the broker dead-letters here at the work queue's "
+                "delivery limit, adding x-death."
+            ),
+            "messages": dead_letters,
+            "parameters": {"toolName": {"enum": [UPDATE_LONG_TERM_MEMORY]}},
+            "bindings": _exchange_binding(topology.dead_letter_exchange),
+        },
+        "workerQueue": _queue_channel(
+            topology.worker_queue,
+            "The worker's work queue. Every process declares it with exactly these arguments: "
+            "a mismatch closes the channel.",
+            _messages_of(ToolCallRequested),
+            arguments={
+                "x-queue-type": "quorum",
+                "x-dead-letter-exchange": topology.dead_letter_exchange,
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish",
+                "x-delivery-limit": 5,
+            },
+            bound=[
+                {"exchange": topology.tool_calls_exchange, "routingKey": UPDATE_LONG_TERM_MEMORY}
+            ],
+        ),
+        "deadLetterQueue": _queue_channel(
+            topology.dead_letter_queue,
+            "Dead-lettered tool calls, for `ltm dlq list|replay|purge`.",
+            dead_letters,
+            arguments={"x-queue-type": "quorum"},
+            bound=[{"exchange": topology.dead_letter_exchange, "routingKey": "#"}],
+        ),
+        "shardQueue": _queue_channel(
+            # The queue's name with the shard number as a parameter.
+            topology.shard_queue(0).rpartition(".")[0] + ".{shardId}",
+            "One bot shard's results and embeds, consumed by the gateway process that owns it.",
+            _messages_of(ToolCallCompleted, EmbedRequested),
+            arguments={"x-queue-type": "quorum"},
+            bound=[
+                {"exchange": topology.events_exchange, "routingKey": "result.shard.{shardId}"},
+                {"exchange": topology.events_exchange, "routingKey": "embed.shard.{shardId}"},
+            ],
+            parameters=shard,
+        ),
+        "cacheQueue": _queue_channel(
+            topology.cache_queue("{instance}"),
+            "One gateway process's cache invalidations; named by the process so that it can "
+            "be declared again after a reconnect.",
+            _messages_of(CacheInvalidate),
+            arguments={},
+            bound=[{"exchange": topology.events_exchange, "routingKey": "cache.#"}],
+            parameters={"instance": {"description": "The gateway process's own instance name."}},
+            exclusive=True,
+        ),
+        "auditStream": _queue_channel(
+            topology.audit_stream,
+            "Every event the worker emits, kept 30 days, readable from any offset "
+            "(`ltm audit tail`).",
+            _messages_of(*every_event),
+            arguments={
+                "x-queue-type": "stream",
+                "x-max-age": "30D",
+                "x-stream-max-segment-size-bytes": 50_000_000,
+            },
+            bound=[{"exchange": topology.events_exchange, "routingKey": "#"}],
+        ),
+    }
+
+
+def _operation(
+    action: str,
+    channel: str,
+    messages: list[str],
+    description: str,
+    *,
+    binding: dict[str, Any] | None = None,
+    reply: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "action": action,
+        "channel": _ref(f"#/channels/{channel}"),
+        "description": description,
+        "messages": [_ref(f"#/channels/{channel}/messages/{name}") for name in messages],
+    }
+    if binding is not None:
+        operation["bindings"] = {"amqp": {**binding, "bindingVersion": AMQP_BINDING_VERSION}}
+    if reply is not None:
+        operation["reply"] = reply
+    return operation
+
+
+def _operations() -> dict[str, Any]:
+    persistent = {"deliveryMode": 2, "timestamp": True}
+    expiring = {**persistent, "expiration": REPLY_TTL_MS}
+    consuming = {"ack": True}
+    audit = ["MemoryUpdated", "MemoryDeleted", "MemoryRestored"]
+    return {
+        "requestToolCall": _operation(
+            "send",
+            "toolCallRequested",
+            ["ToolCallRequested"],
+            "A bot shard publishes the LLM's tool call and waits for its result.",
+            binding={**persistent, "mandatory": True},
+            reply={
+                "channel": _ref("#/channels/toolCallCompleted"),
+                "messages": [_ref("#/channels/toolCallCompleted/messages/ToolCallCompleted")],
+            },
+        ),
+        "consumeToolCalls": _operation(
+            "receive",
+            "workerQueue",
+            ["ToolCallRequested"],
+            "The worker runs each call once in effect (inbox on tool_call_id), then acks.",
+            binding=consuming,
+        ),
+        "sendToolCallCompleted": _operation(
+            "send",
+            "toolCallCompleted",
+            ["ToolCallCompleted"],
+            "The worker answers; the message expires after LTM_REPLY_TTL_S.",
+            binding=expiring,
+        ),
+        "sendEmbedRequested": _operation(
+            "send",
+            "embedRequested",
+            ["EmbedRequested"],
+            "After a committed change the worker asks the shard to post a notice.",
+            binding=expiring,
+        ),
+        "sendCacheInvalidate": _operation(
+            "send",
+            "cacheInvalidate",
+            ["CacheInvalidate"],
+            "After a change the worker tells every gateway process to drop a cache entry.",
+            binding=persistent,
+        ),
+        "sendMemoryChanged": _operation(
+            "send",
+            "memoryChanged",
+            audit,
+            "The worker (and `ltm memory restore`) records every change.",
+            binding=persistent,
+        ),
+        "deadLetterToolCall": _operation(
+            "send",
+            "deadLetter",
+            ["DeadLetteredToolCall"],
+            "The worker gives up on a call it cannot process, with the reason.",
+            binding=persistent,
+        ),
+        "consumeShardQueue": _operation(
+            "receive",
+            "shardQueue",
+            ["ToolCallCompleted", "EmbedRequested"],
+            "The gateway wakes the waiting tool client, or posts the embed.",
+            binding=consuming,
+        ),
+        "consumeCacheInvalidations": _operation(
+            "receive",
+            "cacheQueue",
+            ["CacheInvalidate"],
+            "Each gateway process drops the entry from its caches.",
+            binding=consuming,
+        ),
+        "tailAudit": _operation(
+            "receive",
+            "auditStream",
+            [_MESSAGE_NAMES[model] for model in _MESSAGE_NAMES if model is not ToolCallRequested],
+            "Operators read the stream from an offset (x-stream-offset: first, last, a time).",
+            binding=consuming,
+        ),
+        "inspectDeadLetters": _operation(
+            "receive",
+            "deadLetterQueue",
+            ["DeadLetteredToolCall"],
+            "`ltm dlq list|replay|purge`; a replay republishes with the original routing key.",
+            binding=consuming,
+        ),
+    }
+
+
+def _headers(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "schema_version": {"type": "integer", "const": SCHEMA_VERSION},
+    }
+    properties.update(extra or {})
+    return {"type": "object", "required": ["schema_version"], "properties": properties}
+
+
+def _message(model: type[Event]) -> dict[str, Any]:
+    name = _MESSAGE_NAMES[model]
+    about_a_call = "tool_call_id" in model.model_fields
+    properties: dict[str, Any] = {"message_id": "event_id"}
+    if about_a_call:
+        properties["correlation_id"] = "tool_call_id"
+    properties |= {
+        "type": model.EVENT_TYPE,
+        "content_type": CONTENT_TYPE,
+        "delivery_mode": 2,
+        "timestamp": "occurred_at",
+    }
+    message: dict[str, Any] = {
+        "name": model.EVENT_TYPE,
+        "title": name,
+        "summary": _SUMMARIES[model],
+        "contentType": CONTENT_TYPE,
+        "headers": _headers(),
+        "payload": _ref(_SCHEMAS + name),
+        "bindings": {
+            "amqp": {"messageType": model.EVENT_TYPE, "bindingVersion": AMQP_BINDING_VERSION}
+        },
+        # Which AMQP basic property carries what (CONTRACT.md, "Identifiers and encoding").
+        "x-amqp-properties": properties,
+    }
+    if about_a_call:
+        message["correlationId"] = {
+            "description": "AMQP correlation_id: the tool call's id.",
+            "location": "$message.payload#/tool_call_id",
+        }
+    return message
+
+
+def _dead_lettered_message() -> dict[str, Any]:
+    dead = _message(ToolCallRequested)
+    dead.update(
+        name="tool_call.requested (dead-lettered)",
+        title="DeadLetteredToolCall",
+        summary="A tool call as first published, marked with why it was given up on.",
+        headers=_headers(
+            {
+                "x-ltm-error": {"type": "string", "description": "Why the worker gave up."},
+                "x-ltm-failed-at": {"type": "string", "format": "date-time"},
+                "x-death": {
+                    "type": "array",
+                    "description": "Added by the broker when it dead-letters at the limit.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "reason": {"type": "string", "examples": ["delivery_limit"]},
+                            "count": {"type": "integer"},
+                            "queue": {"type": "string"},
+                            "exchange": {"type": "string"},
+                            "routing-keys": {"type": "array", "items": {"type": "string"}},
+                            "time": {"description": "AMQP timestamp"},
+                        },
+                    },
+                },
+            }
+        ),
+    )
+    return dead
+
+
+def _messages() -> dict[str, Any]:
+    messages = {_MESSAGE_NAMES[model]: _message(model) for model in EVENT_TYPES.values()}
+    messages["DeadLetteredToolCall"] = _dead_lettered_message()
+    return messages
+
+
+def _schemas() -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for model in EVENT_TYPES.values():
+        schema = model.model_json_schema(ref_template=_SCHEMAS + "{model}")
+        for name, definition in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, definition)
+        schemas[_MESSAGE_NAMES[model]] = schema
+    return dict(sorted(schemas.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

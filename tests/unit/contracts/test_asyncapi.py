@@ -1,0 +1,133 @@
+"""The committed AsyncAPI document is the generated one, and it covers the whole contract."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import contracts
+from contracts import (
+    EVENT_TYPES,
+    Topology,
+    cache_routing_key,
+    embed_routing_key,
+    result_routing_key,
+)
+from contracts.asyncapi import build_document, render_yaml
+from infra.topology import worker_queue_arguments
+
+COMMITTED = Path(contracts.__file__).with_name("asyncapi.yaml")
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(render_yaml())
+    return loaded
+
+
+def test_the_committed_document_is_up_to_date() -> None:
+    assert COMMITTED.exists(), "contracts/asyncapi.yaml is missing: run `make asyncapi`"
+    assert COMMITTED.read_text(encoding="utf-8") == render_yaml(), (
+        "contracts/asyncapi.yaml differs from what the models generate: run `make asyncapi` "
+        "and commit the result"
+    )
+
+
+def test_the_yaml_is_the_document(document: dict[str, Any]) -> None:
+    assert document == build_document()
+    assert document["asyncapi"] == "3.0.0"
+
+
+def test_every_event_type_is_a_message(document: dict[str, Any]) -> None:
+    messages = document["components"]["messages"]
+    names = {message["name"] for message in messages.values()}
+    assert set(EVENT_TYPES) <= names
+    for event_type, model in EVENT_TYPES.items():
+        (message,) = (m for m in messages.values() if m["name"] == event_type)
+        payload = _resolve(document, message["payload"]["$ref"])
+        assert set(payload["properties"]) == set(model.model_fields)
+        assert message["bindings"]["amqp"]["messageType"] == event_type
+        assert message["headers"]["properties"]["schema_version"]["const"] == 1
+
+
+def test_every_name_of_the_topology_is_a_channel_or_its_exchange(
+    document: dict[str, Any],
+) -> None:
+    topology = Topology()
+    queues = {
+        channel["bindings"]["amqp"]["queue"]["name"]
+        for channel in document["channels"].values()
+        if channel["bindings"]["amqp"]["is"] == "queue"
+    }
+    exchanges = {
+        channel["bindings"]["amqp"]["exchange"]["name"]
+        for channel in document["channels"].values()
+        if channel["bindings"]["amqp"]["is"] == "routingKey"
+    }
+    assert queues == {
+        topology.worker_queue,
+        topology.dead_letter_queue,
+        topology.audit_stream,
+        topology.shard_queue(0).replace(".0", ".{shardId}"),
+        topology.cache_queue("{instance}"),
+    }
+    assert exchanges == {
+        topology.tool_calls_exchange,
+        topology.dead_letter_exchange,
+        topology.events_exchange,
+    }
+
+
+def test_routing_keys_match_the_contract_helpers(document: dict[str, Any]) -> None:
+    channels = document["channels"]
+    assert channels["toolCallCompleted"]["address"].format(shardId=3) == result_routing_key(3)
+    assert channels["embedRequested"]["address"].format(shardId=3) == embed_routing_key(3)
+    assert channels["cacheInvalidate"]["address"].format(
+        cache="user", key="42"
+    ) == cache_routing_key("user", "42")
+    assert channels["toolCallRequested"]["address"] == "update_long_term_memory"
+
+
+def test_queue_arguments_are_the_ones_declared(document: dict[str, Any]) -> None:
+    worker = document["channels"]["workerQueue"]
+    assert worker["x-amqp-queue-arguments"] == worker_queue_arguments(Topology())
+    assert document["channels"]["auditStream"]["x-amqp-queue-arguments"]["x-queue-type"] == (
+        "stream"
+    )
+
+
+def test_operations_reference_messages_of_their_channel(document: dict[str, Any]) -> None:
+    for name, operation in document["operations"].items():
+        assert operation["action"] in ("send", "receive"), name
+        channel_ref = operation["channel"]["$ref"]
+        channel = _resolve(document, channel_ref)
+        for message in operation["messages"]:
+            assert message["$ref"].startswith(channel_ref + "/messages/"), name
+            assert _resolve(document, message["$ref"]) in channel["messages"].values()
+
+
+def test_importing_contracts_needs_no_yaml() -> None:
+    probe = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *args, **kwargs):\n"
+        "    if name == 'yaml' or name.startswith('yaml.'):\n"
+        "        raise ImportError('yaml must not be imported')\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = guard\n"
+        "import contracts, contracts.asyncapi\n"
+        "contracts.asyncapi.build_document()\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def _resolve(document: dict[str, Any], ref: str) -> Any:
+    node: Any = document
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
