@@ -8,9 +8,10 @@ terminal without one (console mode).
 Two ways to run it:
 - `run_gateway(settings, shards, shard_count)`: REST only (`hikari.RESTApp`), until SIGTERM or
   SIGINT; then it stops consuming, lets in-flight deliveries finish, closes, returns 0.
-- Inside a bot: `gateway = Gateway(settings, sender=DiscordSender(bot.rest)); gateway.attach(bot)`
-  starts it when the bot starts (its shards are the bot's), and stops it when the bot stops;
-  `gateway.tool_client` and `gateway.caches` are then the bot's.
+- Inside a bot: `gateway = Gateway.for_bot(bot, settings)` (or `Gateway(settings,
+  sender=DiscordSender(bot.rest))` and `gateway.attach(bot)`) starts it when the bot starts
+  (its shards are the bot's), and stops it when the bot stops, before the bot's REST client
+  closes; `gateway.tool_client` and `gateway.caches` are then the bot's.
 """
 
 from __future__ import annotations
@@ -219,6 +220,20 @@ class Gateway:
     ) -> None:
         await self.stop()
 
+    @classmethod
+    def for_bot(
+        cls,
+        bot: hikari.GatewayBot,
+        settings: Settings,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        **options: Any,
+    ) -> Gateway:
+        """A gateway that sends with the bot's REST client and runs with the bot (`attach`)."""
+        gateway = cls(settings, sender=DiscordSender(bot.rest, policy=retry_policy), **options)
+        gateway.attach(bot)
+        return gateway
+
     def attach(self, bot: hikari.GatewayBot) -> None:
         """Runs with the bot: connects when it starts, consumes its shards once they are up,
         and stops (finishing in-flight deliveries) when the bot stops, before its REST closes.
@@ -228,6 +243,8 @@ class Gateway:
             await self.start()
 
         async def on_started(_: hikari.StartedEvent) -> None:
+            if not bot.shards:
+                return
             if self.shard_count is None:
                 self.shard_count = bot.shard_count
             await self.consume_shards(bot.shards)

@@ -4,7 +4,7 @@ and gateways started against both, each on shards of its own so that tests do no
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -197,3 +197,10 @@ async def until(condition: Callable[[], bool], *, what: str, timeout: float = 15
         return condition()
 
     await eventually(probe, timeout=timeout, what=what)
+
+
+async def until_async(
+    condition: Callable[[], Awaitable[bool]], *, what: str, timeout: float = 15.0
+) -> None:
+    """Waits (with a deadline) until the awaited `condition()` holds."""
+    await eventually(condition, timeout=timeout, what=what)
