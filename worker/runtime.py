@@ -131,8 +131,11 @@ class Worker:
                 tag = await queue.consume(self._on_delivery)
                 self._consuming = True
                 log.info("consuming", queue=queue.name, prefetch=self.settings.prefetch)
+                # `closed()` only resolves on our own close; a broker-side close runs callbacks.
+                lost = asyncio.Event()
+                connection.close_callbacks.add(lambda *_: lost.set())
                 stopping = asyncio.create_task(self._stopping.wait())
-                closed = asyncio.ensure_future(connection.closed())
+                closed = asyncio.create_task(lost.wait())
                 await asyncio.wait({stopping, closed}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
                 self._consuming = False

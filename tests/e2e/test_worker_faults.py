@@ -1,0 +1,268 @@
+"""What survives each crash: SIGKILL at every step, two workers, a lost broker, a lost database."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+
+import aio_pika
+import psycopg
+import pytest
+from aio_pika.abc import AbstractChannel
+from psycopg import sql
+
+from contracts import (
+    CacheInvalidate,
+    EmbedRequested,
+    MemoryStatus,
+    MemoryUpdated,
+    ToolCallCompleted,
+    ToolCallRequested,
+    Topology,
+)
+from infra.settings import Settings
+from tests.e2e.conftest import new_worker
+from tests.support.broker import EventTap, publish_tool_call, queue_depth, tap_events
+from tests.support.processes import LtmProcess
+from tests.support.services import TestServices, rabbitmqctl
+from tests.support.waiting import eventually
+from tests.support.world import Persona, World, snowflake, tool_call
+
+
+async def _memories(world: World, persona: Persona, count: int) -> list[int]:
+    return [await world.server_memory(persona, f"memory {n} v0") for n in range(count)]
+
+
+def _updates(persona: Persona, memory_ids: list[int], version: int) -> list[ToolCallRequested]:
+    return [
+        tool_call(
+            persona,
+            {"memory_id": memory_id, "memory_content": f"memory {n} v{version}"},
+            triggerer_id=snowflake(),
+        )
+        for n, memory_id in enumerate(memory_ids)
+    ]
+
+
+def _answered_once_each(tap: EventTap, calls: list[ToolCallRequested]) -> bool:
+    answered = {event.tool_call_id for event in tap.events(ToolCallCompleted)}
+    return all(call.tool_call_id in answered for call in calls)
+
+
+@pytest.mark.parametrize("failpoint", ["after_commit", "after_publish", "after_mark"])
+async def test_sigkill_between_commit_and_ack_applies_once_and_still_answers(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+    failpoint: str,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    [memory_id] = await _memories(world, persona, 1)
+    [call] = _updates(persona, [memory_id], 1)
+    async with tap_events(channel, topology.events_exchange) as tap:
+        with new_worker(services, tmp_path, "doomed", LTM_FAILPOINTS=failpoint) as doomed:
+            doomed.wait_ready()
+            await publish_tool_call(channel, topology, call)
+            exit_code = await asyncio.to_thread(doomed.wait_exit, 30)
+        assert exit_code == -9, "the worker was meant to die by SIGKILL at the failpoint"
+        # Committed before the crash: the change is there, once.
+        assert await world.content(memory_id) == "memory 0 v1"
+        with new_worker(
+            services, tmp_path, "successor", LTM_OUTBOX_SWEEP_INTERVAL_S="0.2"
+        ) as successor:
+            successor.wait_ready()
+            await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id, timeout=30)
+            await tap.wait_for(EmbedRequested, tool_call_id=call.tool_call_id, timeout=30)
+            await tap.wait_for(MemoryUpdated, tool_call_id=call.tool_call_id, timeout=30)
+    assert len(await world.revisions(memory_id)) == 1
+    assert {r.status for r in tap.events(ToolCallCompleted, tool_call_id=call.tool_call_id)} == {
+        MemoryStatus.UPDATED
+    }
+    # The embed and the invalidation are events of the committed change: published once,
+    # or again under the same event_id (after_publish), which consumers deduplicate.
+    embeds = tap.events(EmbedRequested, tool_call_id=call.tool_call_id)
+    assert len({embed.event_id for embed in embeds}) == 1
+    invalidations = tap.events(CacheInvalidate, tool_call_id=call.tool_call_id)
+    assert len({event.event_id for event in invalidations}) == 1
+
+
+async def test_two_workers_apply_each_call_exactly_once(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_ids = await _memories(world, persona, 60)
+    calls = _updates(persona, memory_ids, 1)
+    async with tap_events(channel, topology.events_exchange) as tap:
+        with (
+            new_worker(services, tmp_path, "one", LTM_PREFETCH="8") as one,
+            new_worker(services, tmp_path, "two", LTM_PREFETCH="8") as two,
+        ):
+            one.wait_ready()
+            two.wait_ready()
+            # Every call published twice: the copies race each other across the two workers.
+            await asyncio.gather(*(publish_tool_call(channel, topology, c) for c in calls * 2))
+            await tap.wait_until(
+                lambda t: len(t.events(ToolCallCompleted)) >= 2 * len(calls),
+                timeout=60,
+                what="two answers per call",
+            )
+            assert (
+                "ltm_tool_calls_total" in one.metrics() and "ltm_tool_calls_total" in two.metrics()
+            )
+    for call, memory_id in zip(calls, memory_ids, strict=True):
+        assert len(await world.revisions_of_call(call.tool_call_id)) == 1
+        assert len(tap.events(EmbedRequested, tool_call_id=call.tool_call_id)) == 1
+        statuses = {r.status for r in tap.events(ToolCallCompleted, tool_call_id=call.tool_call_id)}
+        assert statuses == {MemoryStatus.UPDATED}
+        assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]
+
+
+async def test_work_goes_on_after_the_broker_closes_every_connection(
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    if services.vhost is None:
+        pytest.fail("this test needs rabbitmqctl and a virtual host of its own")
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_ids = await _memories(world, persona, 10)
+    before, after = _updates(persona, memory_ids[:5], 1), _updates(persona, memory_ids[5:], 1)
+    with new_worker(services, tmp_path, "survivor") as worker:
+        worker.wait_ready()
+        for calls in (before, after):
+            # A connection of the test's own for each round: the closure ends it too.
+            connection = await aio_pika.connect(settings.amqp_url)
+            async with connection:
+                own = await connection.channel()
+                async with tap_events(own, topology.events_exchange) as tap:
+                    for call in calls:
+                        await publish_tool_call(own, topology, call)
+                    await tap.wait_until(
+                        functools.partial(_answered_once_each, calls=calls),
+                        timeout=30,
+                        what="every call answered",
+                    )
+                if calls is before:
+                    await asyncio.to_thread(
+                        rabbitmqctl, "close_all_connections", "-p", services.vhost, "chaos test"
+                    )
+            if calls is before:
+                await eventually(lambda: _lost(worker), what="the worker noticing")
+                worker.wait_ready(timeout=30)
+    for call in before + after:
+        assert len(await world.revisions_of_call(call.tool_call_id)) == 1
+
+
+async def _lost(worker: LtmProcess) -> bool:
+    return "broker connection lost" in worker.output()
+
+
+async def test_database_unreachable_answers_db_error_and_dead_letters(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    [memory_id] = await _memories(world, persona, 1)
+    [call] = _updates(persona, [memory_id], 1)
+    name = psycopg.conninfo.conninfo_to_dict(settings.database_url)["dbname"]
+    admin = settings.database_url.rsplit("/", 1)[0] + "/postgres"
+    with new_worker(services, tmp_path, "stranded", LTM_DB_RETRY_SECONDS="1") as worker:
+        worker.wait_ready()
+        async with (
+            tap_events(channel, topology.events_exchange, ["result.#"]) as results,
+            tap_events(channel, topology.dead_letter_exchange) as dead,
+        ):
+            _refuse_connections(admin, str(name), refuse=True)
+            try:
+                await publish_tool_call(channel, topology, call)
+                [result] = await results.wait_for(
+                    ToolCallCompleted, tool_call_id=call.tool_call_id, timeout=30
+                )
+                await dead.wait_until(
+                    lambda t: any(
+                        d.properties["correlation_id"] == call.tool_call_id for d in t.deliveries
+                    ),
+                    what="the dead-lettered call",
+                )
+            finally:
+                _refuse_connections(admin, str(name), refuse=False)
+    assert result.status is MemoryStatus.DB_ERROR and not result.success
+    [copy] = [d for d in dead.deliveries if d.properties["correlation_id"] == call.tool_call_id]
+    assert "database unavailable" in str(copy.headers["x-ltm-error"])
+    assert await world.content(memory_id) == "memory 0 v0"
+    assert await world.inbox(call.tool_call_id) is None
+
+
+def _refuse_connections(admin_url: str, database: str, *, refuse: bool) -> None:
+    """Closes the database to new connections and ends the open ones: a database gone away."""
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(database), sql.SQL("false" if refuse else "true")
+            )
+        )
+        if refuse:
+            connection.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
+
+
+async def test_sigterm_drains_in_flight_calls_and_exits_zero(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_ids = await _memories(world, persona, 40)
+    calls = _updates(persona, memory_ids, 1)
+    with new_worker(services, tmp_path, "graceful") as worker:
+        worker.wait_ready()
+        async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
+            for call in calls:
+                await publish_tool_call(channel, topology, call)
+            await tap.wait_for(ToolCallCompleted, 1)
+            exit_code = await asyncio.to_thread(worker.terminate, 30)
+            assert exit_code == 0, worker.output()
+            ours = {call.tool_call_id for call in calls}
+            answered = {e.tool_call_id for e in tap.events(ToolCallCompleted)} & ours
+        assert "worker stopped" in worker.output()
+    # Whatever it had taken it answered; whatever it had not is still queued, untouched.
+    for n, (call, memory_id) in enumerate(zip(calls, memory_ids, strict=True)):
+        applied = len(await world.revisions_of_call(call.tool_call_id))
+        if call.tool_call_id in answered:
+            assert applied == 1
+        else:
+            assert applied == 0
+            assert await world.content(memory_id) == f"memory {n} v0"
+    remaining = await queue_depth(channel, topology.worker_queue)
+    assert remaining == len(calls) - len(answered)
+
+    async def drained() -> bool:
+        return await queue_depth(channel, topology.worker_queue) == 0
+
+    # Leave the queue empty for the next tests.
+    with new_worker(services, tmp_path, "cleanup") as cleanup:
+        cleanup.wait_ready()
+        await eventually(drained, what="the work queue drained")
