@@ -90,11 +90,14 @@ class Gateway:
         prefetch: int = 32,
         tool_timeout_s: float = 30.0,
         connection: AbstractRobustConnection | None = None,
+        reconnect_interval_s: float | None = None,
     ) -> None:
         """`shards`: those this process owns; None to decide at `start` (or from the bot).
 
         `connection`: an AMQP connection to share; without one the gateway opens and closes
-        its own (`aio_pika.connect_robust(settings.amqp_url)`).
+        its own (`aio_pika.connect_robust(settings.amqp_url)`), which comes back after a
+        broker restart or a dropped connection every `reconnect_interval_s` (aio-pika's 5 s by
+        default), declaring its queues and consumers again.
         """
         self.settings = settings
         self.topology = Topology(settings.amqp_prefix)
@@ -108,6 +111,7 @@ class Gateway:
         self.tool_timeout_s = tool_timeout_s
         self._connection = connection
         self._owns_connection = connection is None
+        self.reconnect_interval_s = reconnect_interval_s
         self._tool_client: ToolClient | None = None
         self._shard_consumer: ShardConsumer | None = None
         self._cache_consumer: CacheInvalidationConsumer | None = None
@@ -146,8 +150,34 @@ class Gateway:
                 await self.consume_shards(shards)
             return
         if self._connection is None:
-            self._connection = await aio_pika.connect_robust(self.settings.amqp_url)
-        connection = self._connection
+            self._connection = await aio_pika.connect_robust(
+                self.settings.amqp_url,
+                client_properties={"connection_name": self.connection_name},
+                reconnect_interval=self.reconnect_interval_s,
+            )
+        try:
+            await self._open(self._connection)
+        except BaseException:
+            if self._owns_connection:
+                await self._connection.close()
+                self._connection = None
+            raise
+        self._started = True
+        await self.consume_shards(self.shards if shards is None else shards)
+        log.info(
+            "gateway.started",
+            shards=list(self.shards),
+            shard_count=self.shard_count,
+            instance=self.instance,
+            sender=type(self.sender).__name__,
+        )
+
+    @property
+    def connection_name(self) -> str:
+        """How the broker lists this process's connection (`rabbitmqctl list_connections`)."""
+        return f"{self.topology.prefix}-gateway-{self.instance}"
+
+    async def _open(self, connection: AbstractRobustConnection) -> None:
         declare_channel = await connection.channel()
         await declare_topology(declare_channel, self.topology, self.shards)
         await declare_channel.close()
@@ -170,15 +200,6 @@ class Gateway:
         await self._cache_consumer.start()
         self._shard_consumer = ShardConsumer(
             consume_channel, self.topology, sender=self.sender, results=self._tool_client
-        )
-        self._started = True
-        await self.consume_shards(self.shards if shards is None else shards)
-        log.info(
-            "gateway.started",
-            shards=list(self.shards),
-            shard_count=self.shard_count,
-            instance=self.instance,
-            sender=type(self.sender).__name__,
         )
 
     async def consume_shards(self, shards: Iterable[int]) -> None:

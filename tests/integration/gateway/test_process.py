@@ -12,19 +12,23 @@ import pytest
 from aio_pika.abc import AbstractChannel
 from pydantic import SecretStr
 
-from contracts import Topology
+from contracts import CacheInvalidate, Topology, cache_routing_key
 from gateway import Gateway, run_gateway
 from infra.settings import Settings
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
     FAST_RETRIES,
     SHARD_COUNT,
+    GatewayFactory,
     embed_requested,
     fresh_shard,
+    publish,
     publish_embed,
     queue_depth,
     until,
+    until_async,
 )
+from tests.support import services as support
 from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
 
 
@@ -118,3 +122,64 @@ async def test_a_bot_starts_and_stops_its_gateway(
     finally:
         await bot.dispatch(bot.event_factory.deserialize_stopping_event(), return_tasks=True)
     assert not gateway.is_running
+
+
+async def test_the_gateway_recovers_when_the_broker_drops_its_connection(
+    services: support.TestServices,
+    start_gateway: GatewayFactory,
+    fake_discord: FakeDiscord,
+    channel: AbstractChannel,
+    topology: Topology,
+) -> None:
+    if services.vhost is None:
+        pytest.skip("needs rabbitmqctl and a virtual host of our own")
+    vhost = services.vhost
+    shard = fresh_shard()
+    async with start_gateway(shards=(shard,), reconnect_interval_s=0.5) as gateway:
+        before = embed_requested(shard)
+        await publish_embed(channel, topology, before)
+        await until(lambda: before.event_id in gateway.shard_consumer.seen, what="first embed")
+
+        closed = await asyncio.to_thread(_close_connection, vhost, gateway.connection_name)
+        assert closed, "the gateway's connection was not found"
+        await until_async(
+            lambda: asyncio.to_thread(_has_connection, vhost, gateway.connection_name),
+            what="the gateway reconnected",
+        )
+
+        after = embed_requested(shard)
+        await publish_embed(channel, topology, after)
+        await until(lambda: after.event_id in gateway.shard_consumer.seen, what="after reconnect")
+        # The cache queue was declared again (exclusive queues die with their connection).
+        key = str(random_snowflake())
+        gateway.caches.user.set(key, "cached")
+        await publish(
+            channel,
+            topology,
+            CacheInvalidate(cache="user", key=key),
+            cache_routing_key("user", key),
+            expiration_s=None,
+        )
+        await until(lambda: gateway.caches.user.get(key) is None, what="invalidation received")
+    assert len(fake_discord.posts(after.channel_id)) == 1
+
+
+def _connections(vhost: str) -> list[tuple[str, str]]:
+    listed = support.rabbitmqctl("list_connections", "-p", vhost, "pid", "client_properties").stdout
+    found = []
+    for line in listed.splitlines():
+        pid, _, properties = line.partition("\t")
+        if pid.startswith("<"):
+            found.append((pid, properties))
+    return found
+
+
+def _has_connection(vhost: str, name: str) -> bool:
+    return any(f'"{name}"' in properties for _, properties in _connections(vhost))
+
+
+def _close_connection(vhost: str, name: str) -> bool:
+    pids = [pid for pid, properties in _connections(vhost) if f'"{name}"' in properties]
+    for pid in pids:
+        support.rabbitmqctl("close_connection", pid, "test: broker drops the gateway")
+    return bool(pids)
