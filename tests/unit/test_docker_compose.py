@@ -1,0 +1,164 @@
+"""docker-compose.yml and the image: services, health checks, start order."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "infra" / "docker" / "Dockerfile"
+LTM_SERVICES = ("migrate", "worker", "gateway")
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    found: dict[str, Any] = compose["services"]
+    return found
+
+
+def _command(service: dict[str, Any]) -> str:
+    parts = [*service.get("entrypoint", []), *service.get("command", [])]
+    return " ".join(parts)
+
+
+def test_the_services(services: dict[str, Any]) -> None:
+    assert set(services) == {"rabbitmq", "postgres", "migrate", "worker", "gateway"}
+    assert services["rabbitmq"]["image"] == "rabbitmq:3.13-management"
+    assert services["postgres"]["image"] == "postgres:15"
+    for name in LTM_SERVICES:
+        service = services[name]
+        assert service["build"]["dockerfile"] == "infra/docker/Dockerfile", name
+        environment = service["environment"]
+        assert "@postgres:5432/" in environment["LTM_DATABASE_URL"], name
+        assert "@rabbitmq:5672/" in environment["LTM_AMQP_URL"], name
+
+
+def test_the_broker_and_database_have_health_checks(services: dict[str, Any]) -> None:
+    assert services["rabbitmq"]["healthcheck"]["test"] == [
+        "CMD",
+        "rabbitmq-diagnostics",
+        "-q",
+        "ping",
+    ]
+    assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
+
+
+def test_migrate_runs_once_when_both_are_healthy(services: dict[str, Any]) -> None:
+    migrate = services["migrate"]
+    assert _command(migrate) == "sh -c ltm migrate && ltm topology"
+    assert migrate["restart"] == "no"
+    assert migrate["depends_on"] == {
+        "rabbitmq": {"condition": "service_healthy"},
+        "postgres": {"condition": "service_healthy"},
+    }
+
+
+@pytest.mark.parametrize("name", ["worker", "gateway"])
+def test_the_processes_start_after_a_successful_migration(
+    services: dict[str, Any], name: str
+) -> None:
+    depends_on = services[name]["depends_on"]
+    assert depends_on["migrate"] == {"condition": "service_completed_successfully"}
+    assert depends_on["rabbitmq"] == {"condition": "service_healthy"}
+
+
+def test_the_worker_scales(services: dict[str, Any]) -> None:
+    worker = services["worker"]
+    assert worker["command"] == ["worker"]
+    assert "container_name" not in worker
+    assert "ports" not in worker  # a fixed host port would clash between replicas
+
+
+def test_the_gateway_runs_in_console_mode(services: dict[str, Any]) -> None:
+    gateway = services["gateway"]
+    assert gateway["command"] == ["gateway", "--shards", "0", "--shard-count", "1"]
+    assert "DISCORD_TOKEN" not in gateway["environment"]
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+        self.wfile.write(b'{"status": "ok"}')
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def healthz_port() -> Iterator[int]:
+    server = HTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _run_worker_healthcheck(services: dict[str, Any], port: int) -> int:
+    test = services["worker"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"], "the image has python, not curl"
+    command = [sys.executable, *test[2:]]
+    env = {**os.environ, "LTM_METRICS_PORT": str(port)}
+    return subprocess.run(command, check=False, env=env, capture_output=True, timeout=30).returncode
+
+
+def test_the_worker_health_check_asks_healthz(services: dict[str, Any], healthz_port: int) -> None:
+    assert _run_worker_healthcheck(services, healthz_port) == 0
+
+
+def test_the_worker_health_check_fails_without_an_answer(
+    services: dict[str, Any], healthz_port: int
+) -> None:
+    closed = HTTPServer(("127.0.0.1", 0), _Health)
+    free_port = closed.server_address[1]
+    closed.server_close()
+    assert _run_worker_healthcheck(services, free_port) != 0
+
+
+def test_the_image() -> None:
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    assert "FROM python:3.11-slim" in dockerfile
+    assert "pip install ." in dockerfile
+    user_lines = [line for line in dockerfile.splitlines() if line.startswith("USER ")]
+    assert user_lines and user_lines[-1] not in ("USER root", "USER 0")
+    assert 'ENTRYPOINT ["ltm"]' in dockerfile
+
+
+def _compose_command() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker is not None:
+        probe = subprocess.run(
+            [docker, "compose", "version"], check=False, capture_output=True, text=True, timeout=30
+        )
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy is not None else None
+
+
+def test_compose_accepts_the_file() -> None:
+    compose = _compose_command()
+    if compose is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    result = subprocess.run(
+        [*compose, "-f", str(COMPOSE_FILE), "config", "-q"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
