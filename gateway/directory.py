@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import hikari
@@ -47,6 +48,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from gateway.caches import TTLCache
@@ -174,7 +176,13 @@ class MemberDirectory:
         if not rows:
             return 0
         async with self._lock(guild):
-            return await self._upsert(guild, list(rows.values()))
+            try:
+                return await self._upsert(guild, list(rows.values()))
+            except IntegrityError:
+                # The cached server row was deleted meanwhile: look it up (or create it) again.
+                if self._server_ids.pop(guild, None) is None:
+                    raise
+                return await self._upsert(guild, list(rows.values()))
 
     async def _upsert(self, guild: str, rows: list[MemberRow]) -> int:
         async with self._engine.begin() as connection:
@@ -271,18 +279,26 @@ class MemberDirectory:
         await bot.request_guild_members(guild, query="", limit=0, nonce=nonce)
         return nonce
 
-    # Event handlers (`attach_directory` subscribes them).
+    # Event handlers (`attach_directory` subscribes them). A failed write is logged with the
+    # guild and user; the next event or chunk for that member writes the row again.
 
     async def on_member_create(self, event: hikari.MemberCreateEvent) -> None:
-        await self.upsert_member(event.member)
+        with _logged("member_create", event.guild_id, event.user_id):
+            await self.upsert_member(event.member)
 
     async def on_member_update(self, event: hikari.MemberUpdateEvent) -> None:
-        await self.upsert_member(event.member)
+        with _logged("member_update", event.guild_id, event.user_id):
+            await self.upsert_member(event.member)
 
     async def on_member_delete(self, event: hikari.MemberDeleteEvent) -> None:
-        await self.remove_member(event.guild_id, event.user_id)
+        with _logged("member_delete", event.guild_id, event.user_id):
+            await self.remove_member(event.guild_id, event.user_id)
 
     async def on_member_chunk(self, event: hikari.MemberChunkEvent) -> None:
+        with _logged("member_chunk", event.guild_id, None):
+            await self._apply_chunk(event)
+
+    async def _apply_chunk(self, event: hikari.MemberChunkEvent) -> None:
         guild = str(int(event.guild_id))
         members = [
             member
@@ -294,12 +310,28 @@ class MemberDirectory:
         chunk_set = self._full_requests.get(key)
         if chunk_set is None:
             return
+        # Only chunks written above count: a failed one leaves the set incomplete (no prune).
         chunk_set.chunk_count = event.chunk_count
         chunk_set.indexes.add(event.chunk_index)
         chunk_set.user_ids.update(str(int(member.user.id)) for member in members)
         if len(chunk_set.indexes) >= event.chunk_count:
             del self._full_requests[key]
             await self.keep_only(event.guild_id, chunk_set.user_ids | chunk_set.seen_live)
+
+
+@contextmanager
+def _logged(
+    what: str, guild_id: hikari.Snowflakeish, user_id: hikari.Snowflakeish | None
+) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        log.exception(
+            "directory.write_failed",
+            member_event=what,
+            guild_id=str(int(guild_id)),
+            user_id=None if user_id is None else str(int(user_id)),
+        )
 
 
 def attach_directory(bot: hikari.GatewayBot, directory: MemberDirectory) -> None:

@@ -11,6 +11,7 @@ import hikari
 import psycopg
 import pytest
 from hikari.impl import GatewayShardImpl
+from structlog.testing import capture_logs
 
 from gateway import MemberDirectory, attach_directory
 from infra.settings import Settings
@@ -225,3 +226,35 @@ async def test_a_chunk_does_not_bring_back_a_member_who_just_left(
         factory.deserialize_guild_member_chunk_event(shard, older_snapshot)
     )
     assert [row[3] for row in await rows(settings, guild)] == ["alice"]
+
+
+async def test_a_server_row_deleted_meanwhile_is_created_again(
+    settings: Settings, bot: hikari.GatewayBot, directory: MemberDirectory
+) -> None:
+    guild, alice = random_snowflake(), random_snowflake()
+    member = bot.entity_factory.deserialize_member(member_payload(guild, alice, "alice"))
+    await directory.upsert_member(member)
+    async with await psycopg.AsyncConnection.connect(settings.database_url) as connection:
+        await connection.execute("DELETE FROM servers WHERE server_disc_id = %s", (str(guild),))
+        await connection.commit()
+    assert await rows(settings, guild) == []
+    await directory.upsert_member(member)
+    assert await rows(settings, guild) == [(str(alice), None, None, "alice", False)]
+
+
+async def test_a_failed_write_is_logged_not_raised_into_hikari(
+    settings: Settings, bot: hikari.GatewayBot, shard: GatewayShardImpl
+) -> None:
+    broken = MemberDirectory.from_settings(
+        settings.model_copy(update={"database_url": "postgresql://nobody@127.0.0.1:1/none"})
+    )
+    guild, alice = random_snowflake(), random_snowflake()
+    event = bot.event_factory.deserialize_guild_member_add_event(
+        shard, member_payload(guild, alice, "alice")
+    )
+    with capture_logs() as logs:
+        await broken.on_member_create(event)
+    await broken.close()
+    [failed] = [entry for entry in logs if entry["event"] == "directory.write_failed"]
+    assert failed["guild_id"] == str(guild)
+    assert failed["user_id"] == str(alice)
