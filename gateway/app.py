@@ -115,7 +115,7 @@ class Gateway:
         self._tool_client: ToolClient | None = None
         self._shard_consumer: ShardConsumer | None = None
         self._cache_consumer: CacheInvalidationConsumer | None = None
-        self._consume_channel: AbstractChannel | None = None
+        self._channels: list[AbstractChannel] = []
         self._started = False
 
     def _check_shards(self, shards: Iterable[int]) -> None:
@@ -158,6 +158,7 @@ class Gateway:
         try:
             await self._open(self._connection)
         except BaseException:
+            self._channels.clear()
             if self._owns_connection:
                 await self._connection.close()
                 self._connection = None
@@ -183,6 +184,7 @@ class Gateway:
         await declare_channel.close()
 
         publish_channel = await connection.channel(publisher_confirms=True)
+        self._channels.append(publish_channel)
         self._tool_client = ToolClient(
             publish_channel,
             self.topology,
@@ -192,8 +194,8 @@ class Gateway:
         await self._tool_client.start()
 
         consume_channel = await connection.channel()
+        self._channels.append(consume_channel)
         await consume_channel.set_qos(prefetch_count=self.prefetch)
-        self._consume_channel = consume_channel
         self._cache_consumer = CacheInvalidationConsumer(
             consume_channel, self.topology, self.caches, self.instance
         )
@@ -224,6 +226,13 @@ class Gateway:
             await self._cache_consumer.stop(grace)
         if self._shard_consumer is not None:
             await self._shard_consumer.stop(grace)
+        for channel in self._channels:
+            if not channel.is_closed:
+                try:
+                    await channel.close()
+                except Exception as error:  # already going away with the connection
+                    log.warning("gateway.channel_close_failed", error=repr(error))
+        self._channels.clear()
         if self._owns_connection and self._connection is not None:
             await self._connection.close()
             self._connection = None

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import os
 import signal
 
 import hikari
 import pytest
-from aio_pika.abc import AbstractChannel
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 from pydantic import SecretStr
 
 from contracts import CacheInvalidate, Topology, cache_routing_key
-from gateway import Gateway, run_gateway
+from gateway import ConsoleSender, Gateway, run_gateway
 from infra.settings import Settings
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
@@ -183,3 +184,22 @@ def _close_connection(vhost: str, name: str) -> bool:
     for pid in pids:
         support.rabbitmqctl("close_connection", pid, "test: broker drops the gateway")
     return bool(pids)
+
+
+async def test_a_shared_connection_stays_open_after_the_gateway_stops(
+    settings: Settings, amqp: AbstractRobustConnection
+) -> None:
+    stream = io.StringIO()
+    gateway = Gateway(
+        settings,
+        sender=ConsoleSender(stream),
+        shards=(fresh_shard(),),
+        shard_count=SHARD_COUNT,
+        connection=amqp,
+    )
+    async with gateway:
+        assert gateway.is_running
+    assert not gateway.is_running
+    assert not amqp.is_closed
+    still_usable = await amqp.channel()
+    await still_usable.close()
