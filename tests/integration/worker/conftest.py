@@ -1,0 +1,34 @@
+"""The pipeline on the real database: the real adapter, one transaction per call, no broker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from infra.settings import Settings
+from tests.integration.worker.checks import Pipeline, SharedConnectionWorld
+from tests.support.world import World
+from worker.adapters.database import MemoryStore, create_engine
+
+# Enough connections for the widest concurrency test to hold all its transactions at once.
+POOL_SIZE = 8
+
+
+@pytest.fixture(scope="session")
+async def store(settings: Settings) -> AsyncIterator[MemoryStore]:
+    memory_store = MemoryStore(create_engine(settings.sqlalchemy_url, pool_size=POOL_SIZE))
+    yield memory_store
+    await memory_store.close()
+
+
+@pytest.fixture(scope="session")
+async def world(settings: Settings) -> AsyncIterator[World]:
+    shared = SharedConnectionWorld(settings.database_url)
+    yield shared
+    await shared.close()
+
+
+@pytest.fixture(scope="session")
+def pipeline(store: MemoryStore, world: World) -> Pipeline:
+    return Pipeline(store, world)
