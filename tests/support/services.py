@@ -29,6 +29,8 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 @dataclass(frozen=True)
 class TestServices:
+    __test__ = False  # a fixture's value, not a test class
+
     run_id: str
     database_url: str
     amqp_url: str

@@ -31,9 +31,13 @@ __all__ = [
     "OutboxRow",
     "OutboxStore",
     "OutgoingEvent",
+    "RestoredMemory",
+    "Revision",
+    "RevisionStore",
     "StoredResult",
     "ToolCallTransaction",
     "create_engine",
+    "queue_events",
 ]
 
 
@@ -255,17 +259,22 @@ _SERVER_MEMORY_WITHIN_REACH: Final = text(
     """
 )
 
+_OUTBOX_INSERT: Final = """
+    INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
+    SELECT * FROM unnest(
+        CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+        CAST(:routing_keys AS text[]), CAST(:correlation_ids AS text[]),
+        CAST(:bodies AS bytea[]), CAST(:ttls AS integer[])
+    )
+    RETURNING outbox_id, event_id
+"""
+
+_QUEUE: Final = text(_OUTBOX_INSERT)
+
+# The result and the events in one round trip: the last statement of a call's transaction.
 _FINISH: Final = text(
-    """
-    WITH queued AS (
-        INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
-        SELECT * FROM unnest(
-            CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
-            CAST(:routing_keys AS text[]), CAST(:correlation_ids AS text[]),
-            CAST(:bodies AS bytea[]), CAST(:ttls AS integer[])
-        )
-        RETURNING outbox_id, event_id
-    ), answered AS (
+    f"""
+    WITH queued AS ({_OUTBOX_INSERT}), answered AS (
         UPDATE tool_call_inbox
         SET status = :status, result = CAST(:result AS jsonb), completed_at = now()
         WHERE tool_call_id = :tool_call_id
@@ -422,37 +431,58 @@ class ToolCallTransaction:
         events: Sequence[OutgoingEvent],
     ) -> list[OutboxRow]:
         """Stores the result for idempotency and queues the events, in the caller's transaction."""
-        bodies = [encode_event(outgoing.event) for outgoing in events]
         result = orjson.dumps(
             {"status": status.value, "message": message, "data": data.model_dump(mode="json")}
         ).decode()
-        rows = await self._connection.execute(
+        return await _queue(
+            self._connection,
             _FINISH,
-            {
-                "event_ids": [outgoing.event.event_id for outgoing in events],
-                "event_types": [outgoing.event.event_type for outgoing in events],
-                "routing_keys": [outgoing.routing_key for outgoing in events],
-                "correlation_ids": [outgoing.event.correlation_id for outgoing in events],
-                "bodies": bodies,
-                "ttls": [outgoing.ttl_ms for outgoing in events],
-                "status": status.value,
-                "result": result,
-                "tool_call_id": call.tool_call_id,
-            },
+            events,
+            status=status.value,
+            result=result,
+            tool_call_id=call.tool_call_id,
         )
-        ids = {row.event_id: row.outbox_id for row in rows}
-        return [
-            OutboxRow(
-                outbox_id=ids[outgoing.event.event_id],
-                event_id=outgoing.event.event_id,
-                event_type=outgoing.event.event_type,
-                routing_key=outgoing.routing_key,
-                correlation_id=outgoing.event.correlation_id,
-                body=body,
-                ttl_ms=outgoing.ttl_ms,
-            )
-            for outgoing, body in zip(events, bodies, strict=True)
-        ]
+
+
+async def queue_events(
+    connection: AsyncConnection, events: Sequence[OutgoingEvent]
+) -> list[OutboxRow]:
+    """Queues events in the outbox inside the caller's transaction."""
+    return await _queue(connection, _QUEUE, events)
+
+
+async def _queue(
+    connection: AsyncConnection,
+    statement: TextClause,
+    events: Sequence[OutgoingEvent],
+    **params: Any,
+) -> list[OutboxRow]:
+    bodies = [encode_event(outgoing.event) for outgoing in events]
+    rows = await connection.execute(
+        statement,
+        {
+            "event_ids": [outgoing.event.event_id for outgoing in events],
+            "event_types": [outgoing.event.event_type for outgoing in events],
+            "routing_keys": [outgoing.routing_key for outgoing in events],
+            "correlation_ids": [outgoing.event.correlation_id for outgoing in events],
+            "bodies": bodies,
+            "ttls": [outgoing.ttl_ms for outgoing in events],
+            **params,
+        },
+    )
+    ids = {row.event_id: row.outbox_id for row in rows}
+    return [
+        OutboxRow(
+            outbox_id=ids[outgoing.event.event_id],
+            event_id=outgoing.event.event_id,
+            event_type=outgoing.event.event_type,
+            routing_key=outgoing.routing_key,
+            correlation_id=outgoing.event.correlation_id,
+            body=body,
+            ttl_ms=outgoing.ttl_ms,
+        )
+        for outgoing, body in zip(events, bodies, strict=True)
+    ]
 
 
 class MemoryStore:
@@ -552,3 +582,165 @@ class OutboxStore:
     async def backlog(self) -> int:
         async with self.engine.connect() as connection:
             return int((await connection.execute(_BACKLOG)).scalar_one())
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    revision_id: int
+    scope: str
+    memory_id: int
+    action: str
+    content_before: str
+    content_after: str | None
+    server_id: int | None
+    owner_user_id: int | None
+    persona_lineage_id: int
+    actor_disc_id: str
+    tool_call_id: str
+    occurred_at: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredMemory:
+    """A restore's new revision, with the keys its events need."""
+
+    revision: Revision
+    server_disc_id: str | None
+    owner_disc_id: str | None
+
+
+_HISTORY: Final = text(
+    "SELECT * FROM memory_revisions WHERE memory_id = :memory_id ORDER BY revision_id"
+)
+_REVISION: Final = text("SELECT * FROM memory_revisions WHERE revision_id = :revision_id")
+
+# Writes the content back under the memory's own id, re-creating a deleted row, with a revision
+# of what it replaced; `_CURRENT_CONTENT` locked that row (or found none) just before.
+_CURRENT_CONTENT: Final = {
+    "server_wide": text(
+        "SELECT content FROM server_memories WHERE server_memory_id = :memory_id FOR UPDATE"
+    ),
+    "target_user": text(
+        "SELECT content FROM personal_memories WHERE personal_memory_id = :memory_id FOR UPDATE"
+    ),
+}
+_RESTORE_SERVER_MEMORY: Final = text(
+    f"""
+    WITH restored AS (
+        INSERT INTO server_memories (server_memory_id, server_id, persona_lineage_id, content)
+        VALUES (:memory_id, :server_id, :persona_lineage_id, :content)
+        ON CONFLICT (server_memory_id)
+        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
+        RETURNING server_memory_id
+    ), revision AS (
+        {_REVISION_COLUMNS}
+        SELECT 'server_wide', server_memory_id, 'restored',
+               :content_before, :content, :server_id, NULL,
+               :persona_lineage_id, :actor, :tool_call_id, now()
+        FROM restored
+        RETURNING *
+    )
+    SELECT revision.*, (SELECT server_disc_id FROM servers WHERE server_id = :server_id)
+           AS server_disc_id, NULL AS owner_disc_id
+    FROM revision
+    """
+)
+
+_RESTORE_PERSONAL_MEMORY: Final = text(
+    f"""
+    WITH restored AS (
+        INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
+        VALUES (:memory_id, :owner_user_id, :persona_lineage_id, :content)
+        ON CONFLICT (personal_memory_id)
+        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
+        RETURNING personal_memory_id
+    ), revision AS (
+        {_REVISION_COLUMNS}
+        SELECT 'target_user', personal_memory_id, 'restored',
+               :content_before, :content, :server_id,
+               :owner_user_id, :persona_lineage_id, :actor, :tool_call_id, now()
+        FROM restored
+        RETURNING *
+    )
+    SELECT revision.*,
+           (SELECT server_disc_id FROM servers WHERE server_id = :server_id) AS server_disc_id,
+           (SELECT user_disc_id FROM users WHERE user_id = :owner_user_id) AS owner_disc_id
+    FROM revision
+    """
+)
+
+
+def _revision(row: Any) -> Revision:
+    return Revision(
+        revision_id=row.revision_id,
+        scope=row.scope,
+        memory_id=row.memory_id,
+        action=row.action,
+        content_before=row.content_before,
+        content_after=row.content_after,
+        server_id=row.server_id,
+        owner_user_id=row.owner_user_id,
+        persona_lineage_id=row.persona_lineage_id,
+        actor_disc_id=row.actor_disc_id,
+        tool_call_id=row.tool_call_id,
+        occurred_at=row.occurred_at,
+    )
+
+
+class RevisionStore:
+    """`memory_revisions`: a memory's history, and putting a memory back as it was."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def history(self, memory_id: int) -> list[Revision]:
+        async with self.engine.connect() as connection:
+            result = await connection.execute(_HISTORY, {"memory_id": memory_id})
+            return [_revision(row) for row in result]
+
+    @asynccontextmanager
+    async def restoring(
+        self, revision_id: int, *, actor: str, tool_call_id: str
+    ) -> AsyncIterator[tuple[RestoredMemory | None, AsyncConnection]]:
+        """Restores inside a transaction the caller completes (it queues the events first).
+
+        Yields None when the revision does not exist.
+        """
+        async with self.engine.begin() as connection:
+            found = (
+                await connection.execute(_REVISION, {"revision_id": revision_id})
+            ).one_or_none()
+            if found is None:
+                yield None, connection
+                return
+            original = _revision(found)
+            statement = (
+                _RESTORE_SERVER_MEMORY
+                if original.scope == "server_wide"
+                else _RESTORE_PERSONAL_MEMORY
+            )
+            params: dict[str, Any] = {
+                "memory_id": original.memory_id,
+                "server_id": original.server_id,
+                "persona_lineage_id": original.persona_lineage_id,
+                "content": original.content_before,
+                "actor": actor,
+                "tool_call_id": tool_call_id,
+            }
+            if original.scope != "server_wide":
+                params["owner_user_id"] = original.owner_user_id
+            current = (
+                await connection.execute(
+                    _CURRENT_CONTENT[original.scope], {"memory_id": original.memory_id}
+                )
+            ).one_or_none()
+            params["content_before"] = "" if current is None else current.content
+            row = (await connection.execute(statement, params)).one()
+            yield (
+                RestoredMemory(
+                    revision=_revision(row),
+                    server_disc_id=row.server_disc_id,
+                    owner_disc_id=row.owner_disc_id,
+                ),
+                connection,
+            )

@@ -1,0 +1,141 @@
+"""`ltm audit history` and `ltm memory restore` on changes the worker made."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import subprocess
+import sys
+
+import pytest
+from aio_pika.abc import AbstractChannel
+
+from contracts import CacheInvalidate, MemoryRestored, MemoryStatus, ToolCallCompleted, Topology
+from infra.settings import Settings
+from tests.support.broker import publish_tool_call, tap_events
+from tests.support.services import TestServices
+from tests.support.world import World, participant, snowflake, tool_call
+from worker.ops.revisions import print_history, restore
+
+pytestmark = pytest.mark.usefixtures("worker_process")
+
+
+async def test_restore_of_an_update_brings_back_the_earlier_content(
+    channel: AbstractChannel, topology: Topology, world: World, settings: Settings
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "likes tea")
+    call = tool_call(
+        persona,
+        {"memory_id": memory_id, "memory_content": "likes coffee"},
+        triggerer_id=snowflake(),
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+        assert result.status is MemoryStatus.UPDATED
+        [update] = await world.revisions(memory_id)
+
+        out = io.StringIO()
+        assert await restore(settings, update["revision_id"], actor="ops-alice", out=out) == 0
+        [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
+        [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
+
+    assert await world.content(memory_id) == "likes tea"
+    first, restored = await world.revisions(memory_id)
+    assert first["revision_id"] == update["revision_id"]
+    assert restored["action"] == "restored"
+    assert restored["content_before"] == "likes coffee"
+    assert restored["content_after"] == "likes tea"
+    assert restored["actor_disc_id"] == "ops-alice"
+    assert restored["tool_call_id"].startswith(f"restore:{update['revision_id']}:")
+    assert restored["server_id"] == server.server_id
+    assert restored["persona_lineage_id"] == persona.lineage
+    assert audit.revision_id == restored["revision_id"] and audit.scope == "server_wide"
+    assert audit.content_before == "likes coffee" and audit.content_after == "likes tea"
+    assert invalidation.cache == "persona_state" and invalidation.key == server.disc_id
+    routing = {
+        d.routing_key
+        for d in tap.deliveries
+        if d.properties["correlation_id"] == audit.tool_call_id
+    }
+    assert routing == {"memory.restored.server_wide", f"cache.persona_state.{server.disc_id}"}
+    assert f"memory {memory_id} restored" in out.getvalue()
+
+
+async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
+    channel: AbstractChannel, topology: Topology, world: World, settings: Settings
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    owner_id, owner_disc = await world.user()
+    memory_id = await world.personal_memory(owner_id, 0, "plays the cello")
+    triggerer = snowflake()
+    call = tool_call(
+        persona,
+        {"memory_id": memory_id, "memory_content": "", "target_user": "Dana"},
+        triggerer_id=triggerer,
+        participants=(participant(triggerer, "Eve"), participant(owner_disc, "Dana")),
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+        assert result.status is MemoryStatus.DELETED
+        assert await world.content(memory_id) is None
+        [deletion] = await world.revisions(memory_id)
+        assert await restore(settings, deletion["revision_id"], out=io.StringIO()) == 0
+        [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
+        [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
+
+    row = await world.memory(memory_id)
+    assert row is not None and row["scope"] == "target_user"
+    assert row["content"] == "plays the cello" and row["persona_lineage_id"] == 0
+    _, restored = await world.revisions(memory_id)
+    assert restored["content_before"] == "" and restored["content_after"] == "plays the cello"
+    assert restored["owner_user_id"] == owner_id and restored["actor_disc_id"] == "cli"
+    assert audit.owner_id == owner_disc and audit.scope == "target_user"
+    assert invalidation.cache == "user" and invalidation.key == owner_disc
+
+
+async def test_restore_of_an_unknown_revision_fails_clearly(settings: Settings) -> None:
+    out = io.StringIO()
+    assert await restore(settings, 2**40, out=out) == 1
+    assert "no revision" in out.getvalue()
+
+
+async def test_history_lists_revisions_oldest_first(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    settings: Settings,
+    services: TestServices,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "one")
+    out = io.StringIO()
+    assert await print_history(settings, memory_id, out=out) == 1
+    assert "no revisions" in out.getvalue()
+    async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
+        for version in ("two", "three"):
+            call = tool_call(
+                persona,
+                {"memory_id": memory_id, "memory_content": version},
+                triggerer_id=snowflake(),
+            )
+            await publish_tool_call(channel, topology, call)
+            await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+    command = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "worker.cli", "audit", "history", str(memory_id)],
+        env=services.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert command.returncode == 0, command.stderr
+    printed = command.stdout
+    assert "2 revision(s)" in printed
+    assert printed.index("'one'") < printed.index("'two'") < printed.index("'three'")
