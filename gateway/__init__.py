@@ -1,7 +1,7 @@
 """The bot side of the long-term-memory contract: results, embeds, caches, member directory.
 
 Runs as its own process (`run_gateway`, REST only) or inside a hikari `GatewayBot`
-(`Gateway(...).attach(bot)`, `attach_directory(bot, directory)`).
+(`Gateway.for_bot(bot, settings)`, `attach_directory(bot, directory)`).
 """
 
 from gateway.app import Gateway, open_sender, run_gateway

@@ -12,7 +12,6 @@ import aio_pika
 import hikari
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
-from pydantic import SecretStr
 
 from contracts import (
     EmbedField,
@@ -67,16 +66,6 @@ async def channel(amqp: AbstractRobustConnection) -> AsyncIterator[AbstractChann
     opened = await amqp.channel()
     yield opened
     await opened.close()
-
-
-@pytest.fixture(scope="session")
-def gateway_settings(settings: Settings, fake_discord: FakeDiscord) -> Settings:
-    return settings.model_copy(
-        update={
-            "discord_token": SecretStr("fake-token-main"),
-            "discord_api_url": fake_discord.url,
-        }
-    )
 
 
 GatewayFactory = Callable[..., AbstractAsyncContextManager[Gateway]]
