@@ -17,10 +17,11 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMess
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
 from worker.adapters.database import OutboxRow
 
-__all__ = ["ERROR_HEADER", "FAILED_AT_HEADER", "EventPublisher"]
+__all__ = ["ATTEMPTS_HEADER", "ERROR_HEADER", "FAILED_AT_HEADER", "EventPublisher"]
 
 ERROR_HEADER: Final = "x-ltm-error"
 FAILED_AT_HEADER: Final = "x-ltm-failed-at"
+ATTEMPTS_HEADER: Final = "x-ltm-attempts"
 _MAX_REASON = 1000
 
 
@@ -84,6 +85,10 @@ class EventPublisher:
         headers = dict(message.headers or {})
         headers[ERROR_HEADER] = reason[:_MAX_REASON]
         headers[FAILED_AT_HEADER] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        # Quorum queues count earlier deliveries; the copy keeps the total, since the
+        # dead-letter queue's own count grows each time an operator lists it.
+        previous = headers.get("x-delivery-count")
+        headers[ATTEMPTS_HEADER] = (previous if isinstance(previous, int) else 0) + 1
         copy = aio_pika.Message(
             message.body,
             headers=headers,

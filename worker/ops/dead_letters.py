@@ -30,11 +30,9 @@ from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError
 from contracts import Topology
 from infra.settings import Settings
 from infra.topology import worker_queue_arguments
+from worker.adapters.broker import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [
-    "WORKER_ATTEMPTS_HEADER",
-    "WORKER_ERROR_HEADER",
-    "WORKER_FAILED_AT_HEADER",
     "DeadLetter",
     "DeadLetterSource",
     "describe",
@@ -47,10 +45,6 @@ __all__ = [
     "run_command",
 ]
 
-WORKER_ERROR_HEADER: Final = "x-ltm-error"
-WORKER_FAILED_AT_HEADER: Final = "x-ltm-failed-at"
-# Not in the contract: read when the worker records how often it tried before giving up.
-WORKER_ATTEMPTS_HEADER: Final = "x-ltm-attempts"
 
 # How many messages one command holds unacknowledged at most (list, replay --id).
 DEFAULT_LIMIT: Final = 10_000
@@ -85,10 +79,10 @@ def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter
     body = _body_fields(message.body)
     death = _death_entry(headers, topology)
     # The worker's own reason wins: its copy keeps whatever headers the delivery had.
-    if death is None or WORKER_ERROR_HEADER in headers:
+    if death is None or ERROR_HEADER in headers:
         source: DeadLetterSource = "worker"
-        reason = str(headers.get(WORKER_ERROR_HEADER) or "unknown (no x-ltm-error header)")
-        failed_at = _parse_time(headers.get(WORKER_FAILED_AT_HEADER))
+        reason = str(headers.get(ERROR_HEADER) or "unknown (no x-ltm-error header)")
+        failed_at = _parse_time(headers.get(FAILED_AT_HEADER))
         attempts = _worker_attempts(message, headers)
     else:
         source = "broker"
@@ -423,7 +417,7 @@ def _broker_attempts(death: Mapping[str, Any], topology: Topology) -> int | None
 
 
 def _worker_attempts(message: AbstractIncomingMessage, headers: Mapping[str, Any]) -> int | None:
-    attempts = headers.get(WORKER_ATTEMPTS_HEADER)
+    attempts = headers.get(ATTEMPTS_HEADER)
     if isinstance(attempts, int):
         return attempts
     # The worker copies the work queue's x-delivery-count; once the dead-letter queue itself
