@@ -1,0 +1,135 @@
+"""The whole loop: the gateway's tool client, the real worker and database, hikari to Discord."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import hikari
+import pytest
+
+from contracts import DELETE_COLOR, UPDATE_COLOR, Participant
+from gateway import DiscordSender, Gateway, MessageContext, RetryPolicy
+from infra.settings import Settings
+from tests.support.fake_discord import FakeDiscord
+from tests.support.waiting import eventually
+from tests.support.world import World, participant, snowflake
+
+pytestmark = pytest.mark.usefixtures("worker_process")
+
+SHARD = 7  # a shard of this module's own: no other test consumes it
+
+
+@pytest.fixture(scope="module")
+async def fake_discord() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def gateway(settings: Settings, fake_discord: FakeDiscord) -> AsyncIterator[Gateway]:
+    app = hikari.RESTApp(url=fake_discord.url, max_retries=0)
+    await app.start()
+    try:
+        async with app.acquire("fake-token-e2e", "Bot") as rest:
+            policy = RetryPolicy(retry_for_s=5.0, first_wait_s=0.05, max_wait_s=0.2)
+            running = Gateway(
+                settings, sender=DiscordSender(rest, policy=policy), shards=(SHARD,), shard_count=8
+            )
+            await running.start()
+            try:
+                yield running
+            finally:
+                await running.stop(grace_s=5.0)
+    finally:
+        await app.close()
+
+
+def _context(
+    guild_id: str, persona_id: int, triggerer: str, people: tuple[Participant, ...]
+) -> MessageContext:
+    return MessageContext(
+        guild_id=guild_id,
+        channel_id=snowflake(),
+        triggerer_id=triggerer,
+        bot_user_id="100000000000000001",
+        persona_id=persona_id,
+        shard_id=SHARD,
+        participants=people,
+    )
+
+
+async def test_tool_call_through_the_worker_posts_exactly_one_embed(
+    gateway: Gateway, fake_discord: FakeDiscord, world: World
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server, nickname="Tomori")
+    memory_id = await world.server_memory(persona, "{user} hosts movie night on Fridays")
+    triggerer = snowflake()
+    context = _context(
+        server.disc_id, persona.persona_id, triggerer, (participant(triggerer, "Bob"),)
+    )
+
+    answer = await gateway.tool_client.call(
+        "e2e-call-1",
+        "update_long_term_memory",
+        # As some LLM APIs give them: a JSON string.
+        json.dumps(
+            {"memory_id": memory_id, "memory_content": "{user} hosts movie night on Saturdays"}
+        ),
+        context,
+        timeout_s=20,
+    )
+
+    assert answer["status"] == "memory_updated_successfully" and answer["success"] is True
+    assert answer["memory_id"] == memory_id
+    channel = str(context.channel_id)
+
+    async def posted() -> bool:
+        return len(fake_discord.messages_in(channel)) >= 1
+
+    await eventually(posted, what="the embed posted")
+    [post] = fake_discord.posts(channel)
+    [embed] = post.json["embeds"]
+    assert embed["color"] == UPDATE_COLOR
+    assert "Tomori" in embed["title"]
+    assert "Bob hosts movie night on Saturdays" in embed["description"]
+    assert "```" in embed["description"]
+    assert "/memory server" in embed["footer"]["text"]
+    assert any("Fridays" in field["value"] for field in embed.get("fields", []))
+    assert await world.content(memory_id) == "{user} hosts movie night on Saturdays"
+
+
+async def test_a_repeated_tool_call_is_answered_again_without_a_second_embed(
+    gateway: Gateway, fake_discord: FakeDiscord, world: World
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    owner_id, owner_disc = await world.user()
+    memory_id = await world.personal_memory(owner_id, persona.lineage, "{user} plays chess")
+    triggerer = snowflake()
+    people = (participant(triggerer, "Bob"), participant(owner_disc, "Carol"))
+    context = _context(server.disc_id, persona.persona_id, triggerer, people)
+    arguments = {"memory_id": memory_id, "memory_content": "", "target_user": "Carol"}
+
+    first = await gateway.tool_client.call(
+        "e2e-call-2", "update_long_term_memory", arguments, context
+    )
+    channel = str(context.channel_id)
+
+    async def posted() -> bool:
+        return len(fake_discord.messages_in(channel)) >= 1
+
+    await eventually(posted, what="the embed posted")
+    second = await gateway.tool_client.call(
+        "e2e-call-2", "update_long_term_memory", arguments, context
+    )
+
+    assert first == second
+    assert first["status"] == "memory_deleted_successfully"
+    assert first["content_deleted"] == "{user} plays chess"
+    [post] = fake_discord.posts(channel)
+    [embed] = post.json["embeds"]
+    assert embed["color"] == DELETE_COLOR and "Carol" in embed["title"]
+    assert "Carol plays chess" in embed["description"]
+    assert len(await world.revisions(memory_id)) == 1
