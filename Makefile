@@ -4,6 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# `make run` on the local services: PostgreSQL trusts `postgres` on 127.0.0.1 here.
+# Set LTM_DATABASE_URL / LTM_AMQP_URL to run against others.
+RUN_ENV := LTM_DATABASE_URL=$${LTM_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/ltm} \
+	LTM_AMQP_URL=$${LTM_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
+
 .PHONY: install run test test-fast lint bench chaos asyncapi services clean
 
 install: $(STAMP)
@@ -19,10 +24,11 @@ services:
 
 # Migrations, topology, one worker and a console-mode gateway on the local services.
 run: install services
-	$(BIN)/ltm migrate
-	$(BIN)/ltm topology
-	$(BIN)/python -m infra.run_local
+	$(RUN_ENV) $(BIN)/ltm migrate
+	$(RUN_ENV) $(BIN)/ltm topology
+	$(RUN_ENV) $(BIN)/python -m infra.run_local
 
+# Each test run makes its own database and broker virtual host, and removes them after.
 test: install services
 	$(BIN)/pytest -q
 

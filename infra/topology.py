@@ -32,7 +32,6 @@ def worker_queue_arguments(topology: Topology) -> dict[str, Any]:
     }
 
 
-
 async def declare_topology(
     channel: AbstractChannel, topology: Topology, shards: Iterable[int] = ()
 ) -> None:
