@@ -145,4 +145,3 @@ async def publish_raw(
 async def queue_depth(channel: AbstractChannel, name: str) -> int:
     queue = await channel.declare_queue(name, passive=True)
     return int(queue.declaration_result.message_count or 0)
-
