@@ -27,7 +27,9 @@ async def amqp(settings: Settings, topology: Topology) -> AsyncIterator[Abstract
     connection = await aio_pika.connect_robust(settings.amqp_url)
     async with connection:
         channel = await connection.channel()
-        await declare_topology(channel, topology, shards=range(4))
+        # No shard queues: e2e tests read events through taps, and gateway tests own
+        # the shard queues they consume.
+        await declare_topology(channel, topology)
         yield connection
 
 
