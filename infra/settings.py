@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     # Beyond the contract: how hard one worker process works.
     prefetch: int = Field(default=64, ge=1)
     db_pool_size: int = Field(default=8, ge=1)
+    # Calls that arrive together share a transaction; this many transactions run at once.
+    max_batch: int = Field(default=64, ge=1)
+    batch_concurrency: int = Field(default=2, ge=1)
     shutdown_grace_s: float = Field(default=20.0, ge=0)
     outbox_sweep_interval_s: float = Field(default=2.0, gt=0)
     outbox_retention_s: float = Field(default=3600.0, ge=0)

@@ -44,8 +44,9 @@ from worker import failpoints
 from worker.adapters.broker import EventPublisher
 from worker.adapters.database import MemoryStore, OutboxStore
 from worker.adapters.metrics import WorkerMetrics
+from worker.batching import CallBatcher, GroupCommit
 from worker.core import messages
-from worker.service import Processed, answer, process_tool_call
+from worker.service import Processed, answer, process_tool_calls
 
 __all__ = ["Worker", "is_transient"]
 
@@ -78,6 +79,13 @@ class Worker:
         self._consuming = False
         self._stopping = asyncio.Event()
         self._reply_ttl_ms = self.settings.reply_ttl_s * 1000
+        self._batcher: CallBatcher[ToolCallRequested, Processed] = CallBatcher(
+            self._run_pipeline,
+            max_batch=self.settings.max_batch,
+            concurrency=min(self.settings.batch_concurrency, self.settings.db_pool_size),
+            shared_fault=is_transient,
+        )
+        self._published = GroupCommit(self.outbox.mark_published)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -144,6 +152,7 @@ class Worker:
                     return
                 closed.cancel()
                 await self._drain(queue, tag)
+                await self._batcher.close()
                 await self._flush_outbox()
         except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as error:
             self._consuming = False
@@ -193,7 +202,7 @@ class Worker:
             return
         with structlog.contextvars.bound_contextvars(tool_call_id=call.tool_call_id):
             try:
-                processed = await self._run_pipeline(call)
+                processed = await self._batcher.submit(call.tool_call_id, call)
             except Exception as error:
                 if is_transient(error):
                     log.error("database unavailable past the retry budget", error=repr(error))
@@ -214,14 +223,15 @@ class Worker:
                 return
             await self._deliver(message, call, processed)
 
-    async def _run_pipeline(self, call: ToolCallRequested) -> Processed:
-        """One transaction, retried as a whole on transient faults for a bounded time."""
+    async def _run_pipeline(self, calls: list[ToolCallRequested]) -> list[Processed]:
+        """One transaction for the batch, retried as a whole on transient faults, bounded."""
+        self.metrics.batch_size.observe(len(calls))
 
         def count_retry(state: RetryCallState) -> None:
             self.metrics.db_retries.inc()
             outcome = state.outcome
             error = outcome.exception() if outcome is not None else None
-            log.warning("transient database fault; retrying", error=repr(error))
+            log.warning("transient database fault; retrying", error=repr(error), batch=len(calls))
 
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_transient),
@@ -233,8 +243,8 @@ class Worker:
         async for attempt in retrying:
             with attempt:
                 async with self.store.transaction() as tx:
-                    return await process_tool_call(
-                        call,
+                    return await process_tool_calls(
+                        calls,
                         tx,
                         max_memory_length=self.settings.max_memory_length,
                         reply_ttl_ms=self._reply_ttl_ms,
@@ -267,7 +277,7 @@ class Worker:
         if processed.outbox:
             failpoints.reach("after_publish")
             try:
-                await self.outbox.mark_published([row.outbox_id for row in processed.outbox])
+                await self._published.submit([row.outbox_id for row in processed.outbox])
             except Exception as error:
                 log.warning("could not mark outbox rows published", error=repr(error))
             failpoints.reach("after_mark")

@@ -6,6 +6,7 @@ caller, then published. Steps and their order are BEHAVIOUR.md's "The sequence".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contracts import (
@@ -22,7 +23,14 @@ from contracts import (
     embed_routing_key,
     result_routing_key,
 )
-from worker.adapters.database import OutboxRow, OutgoingEvent, StoredResult, ToolCallTransaction
+from worker.adapters.database import (
+    Answer,
+    OutboxRow,
+    OutgoingEvent,
+    PlannedWrite,
+    StoredResult,
+    ToolCallTransaction,
+)
 from worker.core.arguments import parse_arguments
 from worker.core.decide import (
     check_personal_scope,
@@ -46,7 +54,7 @@ from worker.core.people import name_of
 from worker.core.resolve import resolve_target_user
 from worker.core.sanitize import prepare_content
 
-__all__ = ["Processed", "answer", "process_tool_call"]
+__all__ = ["Processed", "answer", "process_tool_call", "process_tool_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +105,16 @@ def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallComp
 
 
 @dataclass(frozen=True, slots=True)
+class _Planned:
+    """A write the core decided on, with the facts its events will need."""
+
+    write: MemoryWrite
+    state: ServerState
+    directory: list[DirectoryMember]
+    owner: StoredUser | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Committed:
     """A write the database performed, with what the events need to describe it."""
 
@@ -114,29 +132,98 @@ async def process_tool_call(
     max_memory_length: int,
     reply_ttl_ms: int,
 ) -> Processed:
-    claim = await tx.claim(call)
-    if claim.stored is not None:
-        return Processed(result=_answer_again(call, claim.stored), outbox=[], replayed=True)
-    outcome = await _decide_and_write(call, tx, claim.state, max_memory_length)
-    if isinstance(outcome, Rejection):
-        result = answer(call, outcome.status, outcome.message, outcome.data)
-        events = [OutgoingEvent(result, result_routing_key(call.context.shard_id), reply_ttl_ms)]
-    else:
-        status, message, data = success(outcome.write, outcome.written)
-        result = answer(call, status, message, data)
-        events = _events_of(call, result, outcome, reply_ttl_ms)
-    rows = await tx.finish(
-        call, status=result.status, message=result.message, data=result.data, events=events
+    [processed] = await process_tool_calls(
+        [call], tx, max_memory_length=max_memory_length, reply_ttl_ms=reply_ttl_ms
     )
-    return Processed(result=result, outbox=rows)
+    return processed
 
 
-async def _decide_and_write(
+async def process_tool_calls(
+    calls: Sequence[ToolCallRequested],
+    tx: ToolCallTransaction,
+    *,
+    max_memory_length: int,
+    reply_ttl_ms: int,
+) -> list[Processed]:
+    """Several calls in one transaction, each decided and answered on its own.
+
+    Their tool_call_ids must be distinct. Calls run in order: a later call that changes the
+    same memory sees the earlier one's change, as it would in a transaction of its own.
+    """
+    claims = await tx.claim(calls)
+    directories: dict[int, list[DirectoryMember]] = {}
+    decided: dict[int, Rejection | _Planned] = {}
+    for position, (call, claim) in enumerate(zip(calls, claims, strict=True)):
+        if claim.stored is None:
+            decided[position] = await _decide(call, tx, claim.state, max_memory_length, directories)
+    planned = [(p, d) for p, d in decided.items() if isinstance(d, _Planned)]
+    written = await tx.apply(
+        [
+            PlannedWrite(
+                decision.write,
+                actor=calls[position].context.triggerer_id,
+                tool_call_id=calls[position].tool_call_id,
+            )
+            for position, decision in planned
+        ]
+    )
+    outcomes: dict[int, Rejection | _Committed] = {
+        position: decision
+        for position, decision in decided.items()
+        if isinstance(decision, Rejection)
+    }
+    for (position, decision), memory in zip(planned, written, strict=True):
+        if memory is None:
+            participants = [p.user_id for p in calls[position].context.participants]
+            in_other_scope = await tx.in_other_scope(decision.write, participant_ids=participants)
+            outcomes[position] = not_found(decision.write, in_other_scope=in_other_scope)
+        else:
+            outcomes[position] = _Committed(
+                decision.write, memory, decision.state, decision.directory, decision.owner
+            )
+
+    results: dict[int, ToolCallCompleted] = {}
+    answers: list[Answer] = []
+    events: list[OutgoingEvent] = []
+    counts: dict[int, int] = {}
+    for position, outcome in sorted(outcomes.items()):
+        call = calls[position]
+        if isinstance(outcome, Rejection):
+            result = answer(call, outcome.status, outcome.message, outcome.data)
+            own = [OutgoingEvent(result, result_routing_key(call.context.shard_id), reply_ttl_ms)]
+        else:
+            status, message, data = success(outcome.write, outcome.written)
+            result = answer(call, status, message, data)
+            own = _events_of(call, result, outcome, reply_ttl_ms)
+        results[position] = result
+        answers.append(Answer(call.tool_call_id, result.status, result.message, result.data))
+        events.extend(own)
+        counts[position] = len(own)
+    rows = await tx.finish(answers, events) if answers else []
+
+    # `finish` returns the rows in the order of `events`: each call's come together.
+    processed: list[Processed] = []
+    offset = 0
+    for position, (call, claim) in enumerate(zip(calls, claims, strict=True)):
+        if claim.stored is not None:
+            processed.append(
+                Processed(result=_answer_again(call, claim.stored), outbox=[], replayed=True)
+            )
+            continue
+        count = counts[position]
+        processed.append(Processed(results[position], rows[offset : offset + count]))
+        offset += count
+    return processed
+
+
+async def _decide(
     call: ToolCallRequested,
     tx: ToolCallTransaction,
     state: ServerState | None,
     max_memory_length: int,
-) -> Rejection | _Committed:
+    directories: dict[int, list[DirectoryMember]],
+) -> Rejection | _Planned:
+    """Steps 1 to 7 of BEHAVIOUR.md: the first that fails decides the result."""
     context = call.context
     arguments = parse_arguments(call.arguments)
     if isinstance(arguments, Rejection):
@@ -153,7 +240,9 @@ async def _decide_and_write(
     owner: tuple[ResolvedUser, StoredUser] | None = None
     if arguments.target_user is not None:
         if not context.is_dm:
-            directory = await tx.load_directory(state.server_id)
+            if state.server_id not in directories:
+                directories[state.server_id] = await tx.load_directory(state.server_id)
+            directory = directories[state.server_id]
         resolution = resolve_target_user(
             arguments.target_user, context.participants, directory, is_dm=context.is_dm
         )
@@ -168,21 +257,8 @@ async def _decide_and_write(
             return refused
         assert user is not None  # check_personal_scope refuses an unknown user
         owner = (target, user)
-
     write = plan_write(arguments, content, state, owner)
-    written = await tx.apply(write, actor=context.triggerer_id, tool_call_id=call.tool_call_id)
-    if written is None:
-        participant_ids = [participant.user_id for participant in context.participants]
-        return not_found(
-            write, in_other_scope=await tx.in_other_scope(write, participant_ids=participant_ids)
-        )
-    return _Committed(
-        write=write,
-        written=written,
-        state=state,
-        directory=directory,
-        owner=owner[1] if owner else None,
-    )
+    return _Planned(write, state, directory, owner[1] if owner else None)
 
 
 def _events_of(

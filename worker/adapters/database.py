@@ -26,11 +26,13 @@ from worker.core.model import (
 )
 
 __all__ = [
+    "Answer",
     "Claim",
     "MemoryStore",
     "OutboxRow",
     "OutboxStore",
     "OutgoingEvent",
+    "PlannedWrite",
     "RestoredMemory",
     "Revision",
     "RevisionStore",
@@ -47,7 +49,7 @@ def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
         url,
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
+        pool_pre_ping=False,
         pool_recycle=1800,
     )
 
@@ -84,31 +86,43 @@ class OutboxRow:
     ttl_ms: int | None
 
 
+# Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
+# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
 _CLAIM: Final = text(
     """
-    WITH claim AS (
+    WITH input AS (
+        SELECT * FROM unnest(
+            CAST(:tool_call_ids AS text[]), CAST(:event_ids AS uuid[]),
+            CAST(:tool_names AS text[]), CAST(:guild_ids AS text[]),
+            CAST(:channel_ids AS text[]), CAST(:shard_ids AS integer[]),
+            CAST(:server_disc_ids AS text[]), CAST(:persona_ids AS integer[])
+        ) AS i(tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id,
+               server_disc_id, persona_id)
+    ), claimed AS (
         INSERT INTO tool_call_inbox
             (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id)
-        VALUES (:tool_call_id, :event_id, :tool_name, :guild_id, :channel_id, :shard_id)
+        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id
+        FROM input ORDER BY tool_call_id
         ON CONFLICT (tool_call_id) DO NOTHING
-        RETURNING 1
+        RETURNING tool_call_id
     )
-    SELECT (SELECT count(*) FROM claim) AS claimed,
+    SELECT i.tool_call_id, c.tool_call_id IS NOT NULL AS claimed,
            s.server_id, s.server_disc_id,
            p.persona_id, p.server_id AS persona_server_id, p.persona_lineage_id, p.nickname,
-           coalesce(c.self_teaching_enabled, true) AS self_teaching_enabled,
-           coalesce(c.personal_memories_enabled, true) AS personal_memories_enabled
-    FROM (SELECT 1) AS one
-    LEFT JOIN servers AS s ON s.server_disc_id = :server_disc_id
-    LEFT JOIN personas AS p ON p.persona_id = :persona_id
-    LEFT JOIN server_configs AS c ON c.server_id = s.server_id
+           coalesce(sc.self_teaching_enabled, true) AS self_teaching_enabled,
+           coalesce(sc.personal_memories_enabled, true) AS personal_memories_enabled
+    FROM input AS i
+    LEFT JOIN claimed AS c ON c.tool_call_id = i.tool_call_id
+    LEFT JOIN servers AS s ON s.server_disc_id = i.server_disc_id
+    LEFT JOIN personas AS p ON p.persona_id = i.persona_id
+    LEFT JOIN server_configs AS sc ON sc.server_id = s.server_id
     """
 )
 
-_STORED_RESULT: Final = text(
+_STORED_RESULTS: Final = text(
     """
-    SELECT result, tool_name, guild_id, channel_id, shard_id
-    FROM tool_call_inbox WHERE tool_call_id = :tool_call_id
+    SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id
+    FROM tool_call_inbox WHERE tool_call_id = ANY(:tool_call_ids)
     """
 )
 
@@ -133,100 +147,78 @@ _USER: Final = text(
     """
 )
 
-# Each write matches and changes its row in one statement; the row lock taken by the first
-# CTE makes a concurrent change of the same memory wait, then read the committed content,
-# so that every revision's `content_before` is the previous revision's `content_after`.
 _REVISION_COLUMNS: Final = """
     INSERT INTO memory_revisions
         (scope, memory_id, action, content_before, content_after, server_id, owner_user_id,
          persona_lineage_id, actor_disc_id, tool_call_id, occurred_at)
 """
 
-_UPDATE_SERVER_MEMORY: Final = text(
+# The writes of a batch, each matched by its whole scope and changed in this one statement,
+# with its revision row. Rows are locked in id order (no deadlock between two workers'
+# batches), and a change of the same memory by another transaction makes the lock wait, then
+# read the committed content: every revision's `content_before` is the previous revision's
+# `content_after`. The memory ids of one statement are distinct (see `_waves`).
+_APPLY: Final = text(
     f"""
-    WITH target AS (
-        SELECT server_memory_id, content FROM server_memories
-        WHERE server_memory_id = :memory_id AND server_id = :server_id
-          AND persona_lineage_id = :persona_lineage_id
-        FOR UPDATE
+    WITH input AS (
+        SELECT * FROM unnest(
+            CAST(:ords AS integer[]), CAST(:scopes AS text[]), CAST(:memory_ids AS bigint[]),
+            CAST(:server_ids AS integer[]), CAST(:lineages AS bigint[]),
+            CAST(:owner_user_ids AS integer[]), CAST(:contents AS text[]),
+            CAST(:actors AS text[]), CAST(:tool_call_ids AS text[])
+        ) AS i(ord, scope, memory_id, server_id, lineage, owner_user_id, content, actor,
+               tool_call_id)
+    ), server_targets AS (
+        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
+        FROM input AS i JOIN server_memories AS m
+          ON i.scope = 'server_wide' AND m.server_memory_id = i.memory_id
+         AND m.server_id = i.server_id AND m.persona_lineage_id = i.lineage
+        ORDER BY m.server_memory_id
+        FOR UPDATE OF m
+    ), personal_targets AS (
+        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
+        FROM input AS i JOIN personal_memories AS m
+          ON i.scope = 'target_user' AND m.personal_memory_id = i.memory_id
+         AND m.user_id = i.owner_user_id AND m.persona_lineage_id IN (i.lineage, 0)
+        ORDER BY m.personal_memory_id
+        FOR UPDATE OF m
+    ), targets AS (
+        SELECT t.ord, t.content_before, t.row_lineage, i.scope, i.memory_id, i.content
+        FROM (SELECT * FROM server_targets UNION ALL SELECT * FROM personal_targets) AS t
+        JOIN input AS i ON i.ord = t.ord
+    ), server_updated AS (
+        UPDATE server_memories AS m SET content = t.content, updated_at = now()
+        FROM targets AS t
+        WHERE t.scope = 'server_wide' AND t.content IS NOT NULL
+          AND m.server_memory_id = t.memory_id
+        RETURNING t.ord
+    ), server_deleted AS (
+        DELETE FROM server_memories AS m USING targets AS t
+        WHERE t.scope = 'server_wide' AND t.content IS NULL AND m.server_memory_id = t.memory_id
+        RETURNING t.ord
+    ), personal_updated AS (
+        UPDATE personal_memories AS m SET content = t.content, updated_at = now()
+        FROM targets AS t
+        WHERE t.scope = 'target_user' AND t.content IS NOT NULL
+          AND m.personal_memory_id = t.memory_id
+        RETURNING t.ord
+    ), personal_deleted AS (
+        DELETE FROM personal_memories AS m USING targets AS t
+        WHERE t.scope = 'target_user' AND t.content IS NULL
+          AND m.personal_memory_id = t.memory_id
+        RETURNING t.ord
     ), changed AS (
-        UPDATE server_memories AS m SET content = :content, updated_at = now()
-        FROM target AS t WHERE m.server_memory_id = t.server_memory_id
-        RETURNING m.server_memory_id, t.content AS content_before, m.persona_lineage_id
-    ), revision AS (
-        {_REVISION_COLUMNS}
-        SELECT 'server_wide', server_memory_id, 'updated', content_before, :content, :server_id,
-               NULL, persona_lineage_id, :actor, :tool_call_id, now()
-        FROM changed
-        RETURNING revision_id, content_before, persona_lineage_id
+        SELECT ord FROM server_updated UNION ALL SELECT ord FROM server_deleted
+        UNION ALL SELECT ord FROM personal_updated UNION ALL SELECT ord FROM personal_deleted
     )
-    SELECT revision_id, content_before, persona_lineage_id FROM revision
-    """
-)
-
-_DELETE_SERVER_MEMORY: Final = text(
-    f"""
-    WITH target AS (
-        SELECT server_memory_id, content FROM server_memories
-        WHERE server_memory_id = :memory_id AND server_id = :server_id
-          AND persona_lineage_id = :persona_lineage_id
-        FOR UPDATE
-    ), changed AS (
-        DELETE FROM server_memories AS m USING target AS t
-        WHERE m.server_memory_id = t.server_memory_id
-        RETURNING m.server_memory_id, t.content AS content_before, m.persona_lineage_id
-    ), revision AS (
-        {_REVISION_COLUMNS}
-        SELECT 'server_wide', server_memory_id, 'deleted', content_before, NULL, :server_id,
-               NULL, persona_lineage_id, :actor, :tool_call_id, now()
-        FROM changed
-        RETURNING revision_id, content_before, persona_lineage_id
-    )
-    SELECT revision_id, content_before, persona_lineage_id FROM revision
-    """
-)
-
-_UPDATE_PERSONAL_MEMORY: Final = text(
-    f"""
-    WITH target AS (
-        SELECT personal_memory_id, content FROM personal_memories
-        WHERE personal_memory_id = :memory_id AND user_id = :owner_user_id
-          AND persona_lineage_id IN (:persona_lineage_id, 0)
-        FOR UPDATE
-    ), changed AS (
-        UPDATE personal_memories AS m SET content = :content, updated_at = now()
-        FROM target AS t WHERE m.personal_memory_id = t.personal_memory_id
-        RETURNING m.personal_memory_id, t.content AS content_before, m.persona_lineage_id
-    ), revision AS (
-        {_REVISION_COLUMNS}
-        SELECT 'target_user', personal_memory_id, 'updated', content_before, :content,
-               :server_id, :owner_user_id, persona_lineage_id, :actor, :tool_call_id, now()
-        FROM changed
-        RETURNING revision_id, content_before, persona_lineage_id
-    )
-    SELECT revision_id, content_before, persona_lineage_id FROM revision
-    """
-)
-
-_DELETE_PERSONAL_MEMORY: Final = text(
-    f"""
-    WITH target AS (
-        SELECT personal_memory_id, content FROM personal_memories
-        WHERE personal_memory_id = :memory_id AND user_id = :owner_user_id
-          AND persona_lineage_id IN (:persona_lineage_id, 0)
-        FOR UPDATE
-    ), changed AS (
-        DELETE FROM personal_memories AS m USING target AS t
-        WHERE m.personal_memory_id = t.personal_memory_id
-        RETURNING m.personal_memory_id, t.content AS content_before, m.persona_lineage_id
-    ), revision AS (
-        {_REVISION_COLUMNS}
-        SELECT 'target_user', personal_memory_id, 'deleted', content_before, NULL,
-               :server_id, :owner_user_id, persona_lineage_id, :actor, :tool_call_id, now()
-        FROM changed
-        RETURNING revision_id, content_before, persona_lineage_id
-    )
-    SELECT revision_id, content_before, persona_lineage_id FROM revision
+    {_REVISION_COLUMNS}
+    SELECT i.scope, i.memory_id, CASE WHEN i.content IS NULL THEN 'deleted' ELSE 'updated' END,
+           t.content_before, i.content, i.server_id,
+           CASE WHEN i.scope = 'target_user' THEN i.owner_user_id END,
+           t.row_lineage, i.actor, i.tool_call_id, now()
+    FROM changed AS c JOIN input AS i ON i.ord = c.ord JOIN targets AS t ON t.ord = c.ord
+    ORDER BY i.ord
+    RETURNING revision_id, tool_call_id, content_before, persona_lineage_id
     """
 )
 
@@ -271,13 +263,16 @@ _OUTBOX_INSERT: Final = """
 
 _QUEUE: Final = text(_OUTBOX_INSERT)
 
-# The result and the events in one round trip: the last statement of a call's transaction.
+# Every result and event of a batch in one round trip: the last statement before commit.
 _FINISH: Final = text(
     f"""
     WITH queued AS ({_OUTBOX_INSERT}), answered AS (
-        UPDATE tool_call_inbox
-        SET status = :status, result = CAST(:result AS jsonb), completed_at = now()
-        WHERE tool_call_id = :tool_call_id
+        UPDATE tool_call_inbox AS inbox
+        SET status = a.status, result = CAST(a.result AS jsonb), completed_at = now()
+        FROM unnest(
+            CAST(:answered_ids AS text[]), CAST(:statuses AS text[]), CAST(:results AS text[])
+        ) AS a(tool_call_id, status, result)
+        WHERE inbox.tool_call_id = a.tool_call_id
     )
     SELECT outbox_id, event_id FROM queued
     """
@@ -293,8 +288,42 @@ class OutgoingEvent:
     ttl_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A call's result, stored with its inbox row so that a second delivery repeats it."""
+
+    tool_call_id: str
+    status: MemoryStatus
+    message: str
+    data: ResultData
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedWrite:
+    write: MemoryWrite
+    actor: str
+    tool_call_id: str
+
+
+def _waves(writes: Sequence[PlannedWrite]) -> list[list[int]]:
+    """Positions of `writes`, in statements whose memory ids are distinct, order kept.
+
+    A second change of one memory in a batch goes in the next statement, so that it sees
+    the first one's result, as it would have in a transaction of its own.
+    """
+    waves: list[list[int]] = []
+    seen: dict[int, int] = {}
+    for position, planned in enumerate(writes):
+        wave = seen.get(planned.write.memory_id, -1) + 1
+        seen[planned.write.memory_id] = wave
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append(position)
+    return waves
+
+
 class ToolCallTransaction:
-    """One tool call's transaction: every read and write of the pipeline, on one connection."""
+    """One transaction for a batch of tool calls: every read and write of the pipeline."""
 
     def __init__(self, connection: AsyncConnection) -> None:
         self._connection = connection
@@ -303,51 +332,71 @@ class ToolCallTransaction:
         result = await self._connection.execute(statement, params)
         return result.one_or_none()
 
-    async def claim(self, call: ToolCallRequested) -> Claim:
-        """Writes the inbox row first: a second copy of the call waits here, then sees it."""
-        context = call.context
-        row = await self._one(
-            _CLAIM,
-            tool_call_id=call.tool_call_id,
-            event_id=call.event_id,
-            tool_name=call.tool_name,
-            guild_id=context.guild_id,
-            channel_id=context.channel_id,
-            shard_id=context.shard_id,
-            server_disc_id=context.server_disc_id,
-            persona_id=context.persona_id,
-        )
-        if not row.claimed:
-            return Claim(stored=await self.stored_result(call.tool_call_id), state=None)
-        state = None
-        if row.server_id is not None and row.persona_id is not None:
-            state = ServerState(
-                server_id=row.server_id,
-                server_disc_id=row.server_disc_id,
-                persona_id=row.persona_id,
-                persona_server_id=row.persona_server_id,
-                persona_lineage_id=row.persona_lineage_id,
-                persona_nickname=row.nickname,
-                self_teaching_enabled=row.self_teaching_enabled,
-                personal_memories_enabled=row.personal_memories_enabled,
-            )
-        return Claim(stored=None, state=state)
+    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
+        """Writes the inbox rows first; calls answered before come back with their result.
 
-    async def stored_result(self, tool_call_id: str) -> StoredResult:
-        row = await self._one(_STORED_RESULT, tool_call_id=tool_call_id)
-        if row is None or row.result is None:
-            # Unreachable by design: the row and its result commit together.
-            raise LookupError(f"tool call {tool_call_id} has no stored result")
-        result = row.result
-        return StoredResult(
-            status=MemoryStatus(result["status"]),
-            message=result["message"],
-            data=ResultData.model_validate_json(orjson.dumps(result.get("data") or {})),
-            tool_name=row.tool_name,
-            guild_id=row.guild_id,
-            channel_id=row.channel_id,
-            shard_id=row.shard_id,
+        The tool_call_ids of `calls` are distinct.
+        """
+        contexts = [call.context for call in calls]
+        rows = await self._connection.execute(
+            _CLAIM,
+            {
+                "tool_call_ids": [call.tool_call_id for call in calls],
+                "event_ids": [call.event_id for call in calls],
+                "tool_names": [call.tool_name for call in calls],
+                "guild_ids": [context.guild_id for context in contexts],
+                "channel_ids": [context.channel_id for context in contexts],
+                "shard_ids": [context.shard_id for context in contexts],
+                "server_disc_ids": [context.server_disc_id for context in contexts],
+                "persona_ids": [context.persona_id for context in contexts],
+            },
         )
+        by_id = {row.tool_call_id: row for row in rows}
+        answered_before = [
+            call.tool_call_id for call in calls if not by_id[call.tool_call_id].claimed
+        ]
+        stored = await self.stored_results(answered_before) if answered_before else {}
+        claims = []
+        for call in calls:
+            row = by_id[call.tool_call_id]
+            if not row.claimed:
+                claims.append(Claim(stored=stored[call.tool_call_id], state=None))
+                continue
+            state = None
+            if row.server_id is not None and row.persona_id is not None:
+                state = ServerState(
+                    server_id=row.server_id,
+                    server_disc_id=row.server_disc_id,
+                    persona_id=row.persona_id,
+                    persona_server_id=row.persona_server_id,
+                    persona_lineage_id=row.persona_lineage_id,
+                    persona_nickname=row.nickname,
+                    self_teaching_enabled=row.self_teaching_enabled,
+                    personal_memories_enabled=row.personal_memories_enabled,
+                )
+            claims.append(Claim(stored=None, state=state))
+        return claims
+
+    async def stored_results(self, tool_call_ids: Sequence[str]) -> dict[str, StoredResult]:
+        rows = await self._connection.execute(
+            _STORED_RESULTS, {"tool_call_ids": list(tool_call_ids)}
+        )
+        found: dict[str, StoredResult] = {}
+        for row in rows:
+            if row.result is None:
+                # Unreachable by design: the row and its result commit together.
+                raise LookupError(f"tool call {row.tool_call_id} has no stored result")
+            result = row.result
+            found[row.tool_call_id] = StoredResult(
+                status=MemoryStatus(result["status"]),
+                message=result["message"],
+                data=ResultData.model_validate_json(orjson.dumps(result.get("data") or {})),
+                tool_name=row.tool_name,
+                guild_id=row.guild_id,
+                channel_id=row.channel_id,
+                shard_id=row.shard_id,
+            )
+        return found
 
     async def load_directory(self, server_id: int) -> list[DirectoryMember]:
         result = await self._connection.execute(_DIRECTORY, {"server_id": server_id})
@@ -375,32 +424,33 @@ class ToolCallTransaction:
             blacklisted_here=row.blacklisted_here,
         )
 
-    async def apply(
-        self, write: MemoryWrite, *, actor: str, tool_call_id: str
-    ) -> WrittenMemory | None:
-        """The scoped write and its revision row; None when no memory matched."""
-        params: dict[str, Any] = {
-            "memory_id": write.memory_id,
-            "server_id": write.server_id,
-            "persona_lineage_id": write.persona_lineage_id,
-            "actor": actor,
-            "tool_call_id": tool_call_id,
-        }
-        if write.scope == "server_wide":
-            statement = _DELETE_SERVER_MEMORY if write.is_delete else _UPDATE_SERVER_MEMORY
-        else:
-            statement = _DELETE_PERSONAL_MEMORY if write.is_delete else _UPDATE_PERSONAL_MEMORY
-            params["owner_user_id"] = write.owner_user_id
-        if not write.is_delete:
-            params["content"] = write.content
-        row = await self._one(statement, **params)
-        if row is None:
-            return None
-        return WrittenMemory(
-            revision_id=row.revision_id,
-            content_before=row.content_before,
-            persona_lineage_id=row.persona_lineage_id,
-        )
+    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
+        """The scoped writes and their revision rows; None where no memory matched."""
+        written: list[WrittenMemory | None] = [None] * len(writes)
+        for wave in _waves(writes):
+            planned = [writes[position] for position in wave]
+            rows = await self._connection.execute(
+                _APPLY,
+                {
+                    "ords": wave,
+                    "scopes": [p.write.scope for p in planned],
+                    "memory_ids": [p.write.memory_id for p in planned],
+                    "server_ids": [p.write.server_id for p in planned],
+                    "lineages": [p.write.persona_lineage_id for p in planned],
+                    "owner_user_ids": [p.write.owner_user_id for p in planned],
+                    "contents": [p.write.content for p in planned],
+                    "actors": [p.actor for p in planned],
+                    "tool_call_ids": [p.tool_call_id for p in planned],
+                },
+            )
+            position_of = {writes[position].tool_call_id: position for position in wave}
+            for row in rows:
+                written[position_of[row.tool_call_id]] = WrittenMemory(
+                    revision_id=row.revision_id,
+                    content_before=row.content_before,
+                    persona_lineage_id=row.persona_lineage_id,
+                )
+        return written
 
     async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
         """Whether the id names a memory of the other scope that this call could reach."""
@@ -422,26 +472,37 @@ class ToolCallTransaction:
         return bool(row[0])
 
     async def finish(
-        self,
-        call: ToolCallRequested,
-        *,
-        status: MemoryStatus,
-        message: str,
-        data: ResultData,
-        events: Sequence[OutgoingEvent],
+        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        """Stores the result for idempotency and queues the events, in the caller's transaction."""
-        result = orjson.dumps(
-            {"status": status.value, "message": message, "data": data.model_dump(mode="json")}
-        ).decode()
+        """Stores the results for idempotency and queues the events, in this transaction."""
         return await _queue(
             self._connection,
             _FINISH,
             events,
-            status=status.value,
-            result=result,
-            tool_call_id=call.tool_call_id,
+            answered_ids=[answer.tool_call_id for answer in answers],
+            statuses=[answer.status.value for answer in answers],
+            results=[_stored_json(answer) for answer in answers],
         )
+
+
+def _stored_json(answer: Answer) -> str:
+    stored = {
+        "status": answer.status.value,
+        "message": answer.message,
+        "data": answer.data.model_dump(mode="json"),
+    }
+    return orjson.dumps(_without_nul(stored)).decode()
+
+
+def _without_nul(value: Any) -> Any:
+    """jsonb refuses NUL, which a label from the envelope may carry: stored as U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {key: _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(item) for item in value]
+    return value
 
 
 async def queue_events(

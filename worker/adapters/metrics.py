@@ -54,6 +54,12 @@ class WorkerMetrics:
             "Outbox rows published by the sweep (left behind by a crash or a lost broker).",
             registry=self.registry,
         )
+        self.batch_size = Histogram(
+            "ltm_transaction_calls",
+            "Tool calls per database transaction.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=self.registry,
+        )
         self.db_retries = Counter(
             "ltm_db_retries_total", "Transient database faults retried.", registry=self.registry
         )

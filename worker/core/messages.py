@@ -14,6 +14,7 @@ __all__ = [
     "arguments_not_object",
     "bot_target",
     "bridge_user_target",
+    "content_has_nul",
     "content_too_long",
     "database_unavailable",
     "disabled",
@@ -88,6 +89,13 @@ def content_too_long(*, length: int, max_length: int) -> str:
     return (
         f"memory_content is {length} characters long but a memory may hold at most "
         f"{max_length}; call again with a shorter text."
+    )
+
+
+def content_has_nul() -> str:
+    return (
+        "memory_content contains a NUL character (\\u0000), which a memory cannot hold; "
+        "call again with the text without it."
     )
 
 

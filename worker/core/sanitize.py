@@ -55,6 +55,9 @@ def prepare_content(raw: str, max_length: int) -> str | Rejection:
     # No second trim after sanitizing: the sanitizer only removes braces that sit
     # directly around a word starting with a letter, so it can neither expose white
     # space at either end of trimmed text nor empty it.
+    if "\x00" in raw:
+        # PostgreSQL text cannot hold NUL: refuse, rather than store something else.
+        return Rejection(status=MemoryStatus.INVALID_CONTENT, message=messages.content_has_nul())
     content = sanitize_placeholders(raw.strip())
     if len(content) > max_length:
         return Rejection(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -25,9 +25,10 @@ from tests.integration.worker.checks import (
 from worker.adapters.database import (
     Claim,
     MemoryStore,
+    PlannedWrite,
     ToolCallTransaction,
 )
-from worker.core.model import MemoryWrite, WrittenMemory
+from worker.core.model import WrittenMemory
 from worker.service import Processed
 
 Step = Literal["claim", "apply"]
@@ -39,17 +40,15 @@ class _RendezvousTransaction(ToolCallTransaction):
         self._barrier = barrier
         self._step = step
 
-    async def claim(self, call: ToolCallRequested) -> Claim:
+    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
         if self._step == "claim":
             await self._barrier.wait()
-        return await super().claim(call)
+        return await super().claim(calls)
 
-    async def apply(
-        self, write: MemoryWrite, *, actor: str, tool_call_id: str
-    ) -> WrittenMemory | None:
+    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
         if self._step == "apply":
             await self._barrier.wait()
-        return await super().apply(write, actor=actor, tool_call_id=tool_call_id)
+        return await super().apply(writes)
 
 
 class RendezvousStore(MemoryStore):

@@ -9,10 +9,16 @@ from typing import Any, Literal
 
 import pytest
 
-from contracts import MemoryStatus, ResultData, ToolCallRequested
+from contracts import MemoryStatus, ToolCallRequested
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
 from tests.support.world import participant, snowflake
-from worker.adapters.database import MemoryStore, OutboxRow, OutgoingEvent, ToolCallTransaction
+from worker.adapters.database import (
+    Answer,
+    MemoryStore,
+    OutboxRow,
+    OutgoingEvent,
+    ToolCallTransaction,
+)
 from worker.service import Processed
 
 
@@ -22,15 +28,9 @@ class Crash(Exception):
 
 class _CrashingTransaction(ToolCallTransaction):
     async def finish(
-        self,
-        call: ToolCallRequested,
-        *,
-        status: MemoryStatus,
-        message: str,
-        data: ResultData,
-        events: Sequence[OutgoingEvent],
+        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        await super().finish(call, status=status, message=message, data=data, events=events)
+        await super().finish(answers, events)
         raise Crash("the worker died before the commit")
 
 

@@ -137,3 +137,12 @@ def test_prepare_content_keeps_template_tokens_in_the_length() -> None:
     result = prepare_content("{user}" * 200, 1000)
     assert isinstance(result, Rejection)
     assert result.status is MemoryStatus.INVALID_CONTENT
+
+
+@pytest.mark.parametrize("raw", ["a\x00b", "\x00", "  \x00  "])
+def test_content_with_nul_is_refused_not_altered(raw: str) -> None:
+    # PostgreSQL text cannot hold NUL; storing something else would change the memory.
+    refused = prepare_content(raw, 1000)
+    assert isinstance(refused, Rejection)
+    assert refused.status is MemoryStatus.INVALID_CONTENT
+    assert "NUL" in refused.message
