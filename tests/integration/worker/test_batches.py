@@ -1,0 +1,100 @@
+"""Several calls in one transaction: each decided and answered as if it ran alone."""
+
+from __future__ import annotations
+
+from contracts import MemoryStatus, ToolCallRequested
+from tests.integration.worker.checks import MAX_MEMORY_LENGTH, REPLY_TTL_MS, Pipeline
+from tests.support.world import participant
+from worker.service import Processed, process_tool_calls
+
+
+async def _run_together(pipeline: Pipeline, calls: list[ToolCallRequested]) -> list[Processed]:
+    async with pipeline.store.transaction() as tx:
+        return await process_tool_calls(
+            calls, tx, max_memory_length=MAX_MEMORY_LENGTH, reply_ttl_ms=REPLY_TTL_MS
+        )
+
+
+async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -> None:
+    scene = await pipeline.guild()
+    world = pipeline.world
+    server_id = await pipeline.server_memory(scene.persona, "server fact")
+    owner_id, owner_disc = await world.user()
+    await world.member(scene.server, owner_disc, "olive", display_name="Olive")
+    personal_id = await pipeline.personal_memory(owner_id, 0, "olive fact")
+    doomed_id = await pipeline.server_memory(scene.persona, "to delete")
+    olive = participant(owner_disc, "Olive")
+    calls = [
+        scene.call({"memory_id": server_id, "memory_content": "server fact v2"}),
+        scene.call({"memory_id": "nope", "memory_content": "x"}),
+        scene.call(
+            {"memory_id": personal_id, "memory_content": "olive v2", "target_user": "Olive"}, olive
+        ),
+        scene.call({"memory_id": 2**40, "memory_content": "x"}),
+        scene.call({"memory_id": doomed_id, "memory_content": ""}),
+    ]
+    results = await _run_together(pipeline, calls)
+
+    assert [r.result.status for r in results] == [
+        MemoryStatus.UPDATED,
+        MemoryStatus.INVALID_ARGS,
+        MemoryStatus.UPDATED,
+        MemoryStatus.NOT_FOUND,
+        MemoryStatus.DELETED,
+    ]
+    assert [len(r.outbox) for r in results] == [4, 1, 4, 1, 4]
+    for call, processed in zip(calls, results, strict=True):
+        assert processed.result.tool_call_id == call.tool_call_id
+        assert {row.correlation_id for row in processed.outbox} == {call.tool_call_id}
+        inbox = await world.inbox(call.tool_call_id)
+        assert inbox is not None and inbox["status"] == processed.result.status.value
+    assert await world.content(server_id) == "server fact v2"
+    assert await world.content(personal_id) == "olive v2"
+    assert await world.content(doomed_id) is None
+    assert results[2].result.data.target_user is not None
+
+
+async def test_two_changes_of_one_memory_in_a_batch_chain_in_order(pipeline: Pipeline) -> None:
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "v0")
+    calls = [
+        scene.call({"memory_id": memory_id, "memory_content": "v1"}),
+        scene.call({"memory_id": memory_id, "memory_content": "v2"}),
+        scene.call({"memory_id": memory_id, "memory_content": ""}),
+        scene.call({"memory_id": memory_id, "memory_content": "v3"}),
+    ]
+    results = await _run_together(pipeline, calls)
+
+    assert [r.result.status for r in results] == [
+        MemoryStatus.UPDATED,
+        MemoryStatus.UPDATED,
+        MemoryStatus.DELETED,
+        MemoryStatus.NOT_FOUND,  # deleted by the call before it
+    ]
+    revisions = await pipeline.world.revisions(memory_id)
+    assert [(r["content_before"], r["content_after"]) for r in revisions] == [
+        ("v0", "v1"),
+        ("v1", "v2"),
+        ("v2", None),
+    ]
+    assert [r["tool_call_id"] for r in revisions] == [c.tool_call_id for c in calls[:3]]
+    assert await pipeline.world.content(memory_id) is None
+
+
+async def test_a_batch_answers_calls_seen_before_from_their_record(pipeline: Pipeline) -> None:
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "v0")
+    seen = scene.call({"memory_id": memory_id, "memory_content": "v1"})
+    first = await pipeline.run(seen)
+    fresh = scene.call({"memory_id": memory_id, "memory_content": "v2"})
+
+    again, new = await _run_together(pipeline, [seen, fresh])
+
+    assert again.replayed and again.outbox == []
+    assert (again.result.status, again.result.message, again.result.data) == (
+        first.result.status,
+        first.result.message,
+        first.result.data,
+    )
+    assert not new.replayed and new.result.status is MemoryStatus.UPDATED
+    assert len(await pipeline.world.revisions(memory_id)) == 2

@@ -1,0 +1,146 @@
+"""Batching calls that arrive together, and group commits: the asyncio logic alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from worker.batching import CallBatcher, GroupCommit
+
+
+class Transient(Exception):
+    pass
+
+
+class Broken(Exception):
+    pass
+
+
+async def test_calls_that_arrive_together_share_a_batch_and_get_their_own_results() -> None:
+    batches: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def run(calls: list[int]) -> list[int]:
+        batches.append(calls)
+        await release.wait()
+        return [call * 10 for call in calls]
+
+    batcher: CallBatcher[int, int] = CallBatcher(
+        run, max_batch=10, concurrency=1, shared_fault=lambda e: isinstance(e, Transient)
+    )
+    first = asyncio.create_task(batcher.submit("a", 1))
+    await asyncio.sleep(0)
+    rest = [asyncio.create_task(batcher.submit(f"k{n}", n)) for n in range(2, 6)]
+    await asyncio.sleep(0.01)
+    release.set()
+    assert await first == 10
+    assert [await task for task in rest] == [20, 30, 40, 50]
+    # The first ran alone; the others queued behind it and went together.
+    assert batches == [[1], [2, 3, 4, 5]]
+    await batcher.close()
+
+
+async def test_two_copies_of_one_call_never_share_a_batch() -> None:
+    batches: list[list[str]] = []
+
+    async def run(calls: list[str]) -> list[str]:
+        batches.append(calls)
+        await asyncio.sleep(0)
+        return calls
+
+    batcher: CallBatcher[str, str] = CallBatcher(
+        run, max_batch=10, concurrency=1, shared_fault=lambda e: False
+    )
+    results = await asyncio.gather(*(batcher.submit(key, key) for key in ["x", "y", "x", "z"]))
+    assert results == ["x", "y", "x", "z"]
+    assert all(len(batch) == len(set(batch)) for batch in batches)
+    assert sum(len(batch) for batch in batches) == 4
+    await batcher.close()
+
+
+async def test_a_call_that_fails_alone_fails_only_itself() -> None:
+    runs: list[list[int]] = []
+
+    async def run(calls: list[int]) -> list[int]:
+        runs.append(calls)
+        if 3 in calls:
+            raise Broken("call 3 breaks its transaction")
+        return calls
+
+    batcher: CallBatcher[int, int] = CallBatcher(
+        run, max_batch=10, concurrency=1, shared_fault=lambda e: isinstance(e, Transient)
+    )
+    outcomes = await asyncio.gather(
+        *(batcher.submit(str(n), n) for n in range(1, 6)), return_exceptions=True
+    )
+    assert outcomes[:2] == [1, 2] and outcomes[3:] == [4, 5]
+    assert isinstance(outcomes[2], Broken)
+    assert [3] in runs  # retried alone before being declared failed
+    await batcher.close()
+
+
+async def test_a_shared_fault_fails_the_whole_batch_without_retrying_alone() -> None:
+    runs: list[list[int]] = []
+
+    async def run(calls: list[int]) -> list[int]:
+        runs.append(calls)
+        raise Transient("the database went away")
+
+    batcher: CallBatcher[int, int] = CallBatcher(
+        run, max_batch=10, concurrency=1, shared_fault=lambda e: isinstance(e, Transient)
+    )
+    outcomes = await asyncio.gather(
+        *(batcher.submit(str(n), n) for n in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(outcome, Transient) for outcome in outcomes)
+    assert all(len(batch) > 0 for batch in runs)
+    assert sum(len(batch) for batch in runs) == 3  # each call tried once, none alone again
+    await batcher.close()
+
+
+async def test_no_more_than_the_allowed_batches_run_at_once() -> None:
+    running = 0
+    most = 0
+
+    async def run(calls: list[int]) -> list[int]:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.005)
+        running -= 1
+        return calls
+
+    batcher: CallBatcher[int, int] = CallBatcher(
+        run, max_batch=2, concurrency=2, shared_fault=lambda e: False
+    )
+    await asyncio.gather(*(batcher.submit(str(n), n) for n in range(20)))
+    assert most == 2
+    await batcher.close()
+
+
+async def test_group_commit_flushes_what_arrived_meanwhile_in_one_call() -> None:
+    flushed: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def flush(ids: list[int]) -> None:
+        flushed.append(ids)
+        await gate.wait()
+
+    group = GroupCommit(flush)
+    first = asyncio.create_task(group.submit([1]))
+    await asyncio.sleep(0)
+    later = [asyncio.create_task(group.submit([n])) for n in (2, 3, 4)]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *later)
+    assert flushed == [[1], [2, 3, 4]]
+
+
+async def test_group_commit_reports_a_failed_flush_to_its_callers() -> None:
+    async def flush(ids: list[int]) -> None:
+        raise Broken("no database")
+
+    group = GroupCommit(flush)
+    with pytest.raises(Broken):
+        await group.submit([1, 2])
