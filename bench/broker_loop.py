@@ -1,0 +1,106 @@
+"""The broker limit: consume a call, publish the worker's events for it (confirmed), ack.
+
+`python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json --count N`
+
+No database and no decoding: the least Python a consumer of this message shape can run.
+The queue is declared by `infra.topology.declare_topology`, as the worker does; each
+delivery's events (the captured sample: same count, bodies, routing keys, time-to-live)
+are published at once on a confirming channel, so up to prefetch × events confirms are
+outstanding, and the delivery is acked after its confirms, as the worker does. Exits after
+`--count` acks and prints one JSON line with its own view of the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import aio_pika
+import orjson
+from aio_pika.abc import AbstractIncomingMessage
+
+from bench.samples import Sample, message_for
+from contracts import Topology
+from infra.topology import declare_topology
+
+__all__ = ["main", "run_loop"]
+
+
+async def run_loop(
+    amqp_url: str, prefix: str, sample: Sample, *, count: int, prefetch: int, timeout: float
+) -> dict[str, float]:
+    topology = Topology(prefix)
+    connection = await aio_pika.connect(
+        amqp_url, client_properties={"connection_name": "ltm-bench-broker-loop"}
+    )
+    async with connection:
+        setup = await connection.channel()
+        await declare_topology(setup, topology)
+        await setup.close()
+        publisher = await connection.channel(publisher_confirms=True)
+        events = await publisher.get_exchange(topology.events_exchange, ensure=False)
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=prefetch)
+        queue = await channel.get_queue(topology.worker_queue, ensure=False)
+        done = asyncio.Event()
+        acked = 0
+        first: float | None = None
+
+        async def on_delivery(message: AbstractIncomingMessage) -> None:
+            nonlocal acked, first
+            if first is None:
+                first = time.perf_counter()
+            correlation_id = message.correlation_id or ""
+            await asyncio.gather(
+                *(
+                    events.publish(
+                        message_for(event, str(uuid.uuid4()), correlation_id),
+                        event.routing_key,
+                        mandatory=False,
+                    )
+                    for event in sample.events
+                )
+            )
+            await message.ack()
+            acked += 1
+            if acked >= count:
+                done.set()
+
+        await queue.consume(on_delivery)
+        await asyncio.wait_for(done.wait(), timeout)
+        assert first is not None
+        seconds = time.perf_counter() - first
+    return {"acked": acked, "seconds": seconds, "rate": acked / seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.broker_loop")
+    parser.add_argument("--amqp-url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--sample", type=Path, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--prefetch", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    import uvloop
+
+    report = uvloop.run(
+        run_loop(
+            args.amqp_url,
+            args.prefix,
+            Sample.load(args.sample),
+            count=args.count,
+            prefetch=args.prefetch,
+            timeout=args.timeout,
+        )
+    )
+    sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""A separate publisher process: the tool calls of a file, as fast as the broker confirms them.
+
+`python -m bench.publisher --amqp-url URL --prefix P --file CALLS.jsonl [--window 256]`
+
+Each line of the file is `{"body", "message_id", "correlation_id"}` (`bench.world.call_line`).
+The messages are built before the clock starts; then every one is published to the tool-call
+exchange with publisher confirms and up to `--window` confirms outstanding. Prints one JSON
+line: how many, in how many seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import aio_pika
+import orjson
+
+from bench.amqp import call_message, publish_window
+from contracts import Topology
+
+__all__ = ["main", "publish_lines"]
+
+
+async def publish_lines(
+    amqp_url: str, prefix: str, lines: list[bytes], *, window: int
+) -> dict[str, float]:
+    messages = []
+    for line in lines:
+        item = orjson.loads(line)
+        messages.append(
+            call_message(
+                item["body"].encode(),
+                message_id=item["message_id"],
+                correlation_id=item["correlation_id"],
+            )
+        )
+    connection = await aio_pika.connect(
+        amqp_url, client_properties={"connection_name": "ltm-bench-publisher"}
+    )
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        exchange = await channel.get_exchange(Topology(prefix).tool_calls_exchange, ensure=False)
+        started = time.perf_counter()
+        published = await publish_window(exchange, messages, window=window)
+        seconds = time.perf_counter() - started
+    return {"published": published, "seconds": seconds, "rate": published / seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.publisher")
+    parser.add_argument("--amqp-url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--file", type=Path, required=True)
+    parser.add_argument("--window", type=int, default=256)
+    args = parser.parse_args(argv)
+    import uvloop
+
+    lines = args.file.read_bytes().splitlines()
+    report = uvloop.run(publish_lines(args.amqp_url, args.prefix, lines, window=args.window))
+    sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,610 @@
+"""`make bench`: the worker measured against the limits of its parts and against a peer.
+
+    python -m bench.run [--calls N] [--peer-calls N] [--db-seconds S] ...   (see --help)
+
+One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host of its own
+(removed at the end, also after a failure or Ctrl-C):
+
+1. `db_limit_tps`: the worker's SQL for one successful update, in a psycopg loop, with 1, 4
+   and 16 clients (`db_limit_tps` is the 1-client figure; `db_limit_tps_4`, `_16`); and
+   `db_limit_batched_tps`, 2 clients with 32 calls per transaction, as the worker batches.
+2. `broker_limit_tps`: consume a call, publish the worker's events confirmed, ack; no
+   database (`bench.broker_loop`, on calls published before it starts).
+3. `peer_tps`: a FastStream consumer doing the same transaction and events (`bench.peer`).
+4. The worker itself (`python -m worker.cli worker`): sustained `throughput` while a separate
+   process publishes N calls, then publish-to-result latency at a fixed 200 calls/s.
+5. `rss_mb` (the worker's VmHWM) and `cost_1m_vs_10k` (time per call with 1M stored memories
+   over time per call with 10k, measured back to back on one worker).
+
+Prints a table with each target (met / not met; a missed target does not fail the run) and
+writes `bench/results.json`. Exit status 1 only when a phase could not be measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import orjson
+
+from bench import db_limit
+from bench.amqp import ResultCounter, declare
+from bench.machine import describe
+from bench.processes import Child, free_port
+from bench.samples import Sample, capture
+from bench.services import BenchServices, bench_services
+from bench.system import Bench, last_json_line, latency_run, throughput_run
+from bench.world import grow_memories, memory_count, pick_targets, reset_calls, seed_servers
+
+__all__ = ["Config", "main", "render_table", "run_bench"]
+
+RESULTS_PATH = Path(__file__).with_name("results.json")
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@dataclass(frozen=True)
+class Config:
+    calls: int
+    peer_calls: int
+    broker_calls: int
+    warmup: int
+    db_seconds: float
+    db_clients: tuple[int, ...]
+    db_batch: int
+    servers: int
+    memories: int
+    big_memories: int
+    latency_rate: float
+    latency_seconds: float
+    window: int
+    run_seconds: float
+    prepublished: bool
+    output: Path
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description="Measure the worker against the database and broker limits and a peer.",
+    )
+    add = parser.add_argument
+    add("--calls", type=int, default=_env_int("BENCH_CALLS", 10_000),
+        help="calls per worker throughput run (env BENCH_CALLS)")  # fmt: skip
+    add("--peer-calls", type=int, default=_env_int("BENCH_PEER_CALLS", 5_000),
+        help="calls for the FastStream peer (env BENCH_PEER_CALLS)")  # fmt: skip
+    add("--broker-calls", type=int, default=_env_int("BENCH_BROKER_CALLS", 10_000),
+        help="calls for the broker-limit loop (env BENCH_BROKER_CALLS)")  # fmt: skip
+    add("--warmup", type=int, default=_env_int("BENCH_WARMUP", 300),
+        help="calls answered before each timed run (env BENCH_WARMUP)")  # fmt: skip
+    add("--db-seconds", type=float, default=_env_float("BENCH_DB_SECONDS", 5.0),
+        help="seconds per database-limit figure (env BENCH_DB_SECONDS)")  # fmt: skip
+    add("--db-clients", default=os.environ.get("BENCH_DB_CLIENTS", "1,4,16"),
+        help="client counts of the database limit (env BENCH_DB_CLIENTS)")  # fmt: skip
+    add("--db-batch", type=int, default=_env_int("BENCH_DB_BATCH", 32),
+        help="calls per transaction of the extra batched figure, 2 clients; 0 skips it"
+        " (env BENCH_DB_BATCH)")  # fmt: skip
+    add("--servers", type=int, default=_env_int("BENCH_SERVERS", 100),
+        help="guilds the memories are spread over (env BENCH_SERVERS)")  # fmt: skip
+    add("--memories", type=int, default=_env_int("BENCH_MEMORIES", 10_000),
+        help="stored memories for every run but the large one (env BENCH_MEMORIES)")  # fmt: skip
+    add("--big-memories", type=int, default=_env_int("BENCH_BIG_MEMORIES", 1_000_000),
+        help="stored memories of the large run; 0 skips it (env BENCH_BIG_MEMORIES)")  # fmt: skip
+    add("--latency-rate", type=float, default=_env_float("BENCH_LATENCY_RATE", 200.0),
+        help="offered calls/s of the latency run (env BENCH_LATENCY_RATE)")  # fmt: skip
+    add("--latency-seconds", type=float, default=_env_float("BENCH_LATENCY_SECONDS", 15.0),
+        help="length of the latency run (env BENCH_LATENCY_SECONDS)")  # fmt: skip
+    add("--window", type=int, default=_env_int("BENCH_WINDOW", 256),
+        help="outstanding publisher confirms of the bench's publishers")  # fmt: skip
+    add("--run-seconds", type=float, default=_env_float("BENCH_RUN_SECONDS", 45.0),
+        help="a throughput run stops counting after this long (env BENCH_RUN_SECONDS)")  # fmt: skip
+    add("--no-prepublished", dest="prepublished", action="store_false",
+        help="skip the worker run on calls published before it starts")  # fmt: skip
+    add("--output", type=Path, default=Path(os.environ.get("BENCH_OUTPUT", RESULTS_PATH)))
+    args = parser.parse_args(argv)
+    return Config(
+        calls=args.calls,
+        peer_calls=args.peer_calls,
+        broker_calls=args.broker_calls,
+        warmup=args.warmup,
+        db_seconds=args.db_seconds,
+        db_clients=tuple(int(part) for part in args.db_clients.split(",") if part.strip()),
+        db_batch=args.db_batch,
+        servers=args.servers,
+        memories=args.memories,
+        big_memories=args.big_memories,
+        latency_rate=args.latency_rate,
+        latency_seconds=args.latency_seconds,
+        window=args.window,
+        run_seconds=args.run_seconds,
+        prepublished=args.prepublished,
+        output=args.output,
+    )
+
+
+def _say(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+class Phases:
+    """Runs each phase; a failing one is recorded and the rest still run."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.asynccontextmanager
+    async def phase(self, name: str) -> AsyncIterator[None]:
+        _say(f"{name} ...")
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception as error:
+            self.errors[name] = f"{type(error).__name__}: {error}"
+            traceback.print_exc()
+            _say(f"{name} FAILED: {self.errors[name].splitlines()[0]}")
+        finally:
+            self.seconds[name] = round(time.perf_counter() - started, 1)
+
+
+def _timeout(calls: int) -> float:
+    """Generous: a phase that takes this long is broken, not slow."""
+    return max(120.0, calls / 20)
+
+
+def _worker(bench: Bench, name: str) -> tuple[Child, int]:
+    port = free_port()
+    child = bench.child(
+        name,
+        "worker.cli",
+        "worker",
+        env=bench.services.env(LTM_METRICS_PORT=str(port)),
+    )
+    return child, port
+
+
+async def _start_worker(bench: Bench, name: str) -> Child:
+    child, port = _worker(bench, name)
+    child.start()
+    await child.wait_http_ok(f"http://127.0.0.1:{port}/readyz")
+    return child
+
+
+async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
+    """Every phase, in order; returns the results document."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    started = time.perf_counter()
+    phases = Phases()
+    results: dict[str, Any] = {"config": {**asdict(config), "output": str(config.output)}}
+    details: dict[str, Any] = {}
+    workdir = Path(tempfile.mkdtemp(prefix=f"ltm-bench-{services.run_id}-"))
+    _say(f"database {services.database_url}, vhost {services.vhost}, logs in {workdir}")
+    url = services.database_url
+    connection = await aio_pika.connect(
+        services.amqp_url, client_properties={"connection_name": "ltm-bench"}
+    )
+    bench: Bench | None = None
+    try:
+        results["machine"] = await describe(url, connection)
+        await declare(connection, services.topology)
+        counter = ResultCounter()
+        await counter.start(connection, services.topology)
+        confirming = await connection.channel(publisher_confirms=True)
+        tool_calls = await confirming.get_exchange(
+            services.topology.tool_calls_exchange, ensure=False
+        )
+        bench = Bench(
+            services,
+            connection,
+            counter,
+            tool_calls,
+            workdir,
+            window=config.window,
+            max_run_seconds=config.run_seconds,
+        )
+
+        await seed_servers(url, config.servers)
+        seeded = await grow_memories(url, config.memories)
+        _say(f"seeded {config.memories} memories over {config.servers} servers in {seeded:.1f}s")
+        most = max(config.calls, config.peer_calls, config.broker_calls, config.memories)
+        targets = await pick_targets(url, most, seed=1)
+
+        sample: Sample | None = None
+        sample_path = workdir / "sample.json"
+        async with phases.phase("sample"):
+            sampler = await _start_worker(bench, "worker-sample")
+            try:
+                sample = await capture(connection, services.topology, targets[0])
+            finally:
+                await sampler.terminate()
+            details["events_per_call"] = len(sample.events)
+            details["event_sizes"] = sample.sizes()
+            sample_path.write_bytes(sample.to_json())
+
+        async with phases.phase("db_limit"):
+            assert sample is not None, "no sample events"
+            db_figures: dict[int, db_limit.DbFigure] = {}
+            for clients in config.db_clients:
+                await reset_calls(url)
+                db_figure = await db_limit.measure(
+                    url, targets, sample, clients=clients, seconds=config.db_seconds
+                )
+                db_figures[clients] = db_figure
+                _say(f"  db limit, {clients} client(s): {db_figure.tps:.0f} calls/s")
+            details["db_limit"] = [db_limit.as_dict(f) for f in db_figures.values()]
+            if 1 in db_figures:
+                results["db_limit_tps"] = round(db_figures[1].tps, 1)
+            for clients, db_figure in db_figures.items():
+                if clients != 1:
+                    results[f"db_limit_tps_{clients}"] = round(db_figure.tps, 1)
+            if config.db_batch > 1:
+                # Beyond the brief: what the worker's batched statements allow when several
+                # calls share a transaction (2 transactions at a time, as the worker runs).
+                await reset_calls(url)
+                batched = await db_limit.measure(
+                    url,
+                    targets,
+                    sample,
+                    clients=2,
+                    batch=config.db_batch,
+                    seconds=config.db_seconds,
+                    warmup=3,
+                )
+                details["db_limit"].append(db_limit.as_dict(batched))
+                results["db_limit_batched_tps"] = round(batched.tps, 1)
+                _say(f"  db limit, 2 clients x {config.db_batch} calls: {batched.tps:.0f} calls/s")
+
+        async with phases.phase("broker_limit"):
+            assert sample is not None, "no sample events"
+            loop = bench.child(
+                "broker-loop",
+                "bench.broker_loop",
+                "--amqp-url",
+                services.amqp_url,
+                "--prefix",
+                services.amqp_prefix,
+                "--sample",
+                str(sample_path),
+                "--count",
+                str(config.broker_calls),
+                env=services.env(),
+            )
+            try:
+                figure = await throughput_run(
+                    bench,
+                    "broker",
+                    targets,
+                    calls=config.broker_calls,
+                    warmup=0,
+                    timeout=_timeout(config.broker_calls),
+                    consumer=loop,
+                    prepublished=True,
+                )
+                if not figure.capped:
+                    await loop.wait_exit(30)
+            finally:
+                loop.kill()
+            own = None if figure.capped else round(last_json_line(loop.output())["rate"], 1)
+            details["broker_limit"] = {**figure.as_dict(), "loop_own_rate": own}
+            results["broker_limit_tps"] = round(figure.tps, 1)
+            _say(f"  broker limit: {figure.tps:.0f} calls/s")
+
+        async with phases.phase("peer"):
+            ready = workdir / "peer.ready"
+            peer = bench.child(
+                "peer",
+                "bench.peer",
+                env=services.env(
+                    BENCH_PEER_AMQP_URL=services.amqp_url,
+                    BENCH_PEER_DATABASE_URL=url,
+                    BENCH_PEER_PREFIX=services.amqp_prefix,
+                    BENCH_PEER_READY_FILE=str(ready),
+                ),
+            ).start()
+            try:
+                await peer.wait_file(ready)
+                figure = await throughput_run(
+                    bench,
+                    "peer",
+                    targets,
+                    calls=config.peer_calls,
+                    warmup=config.warmup,
+                    timeout=_timeout(config.peer_calls),
+                    consumer=peer,
+                )
+                details["peer"] = {**figure.as_dict(), "rss_mb": round(peer.peak_rss_mb(), 1)}
+            finally:
+                await peer.terminate()
+            results["peer_tps"] = round(figure.tps, 1)
+            _say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
+
+        rss: list[float] = []
+        worker: Child | None = None
+        async with phases.phase("throughput"):
+            worker = await _start_worker(bench, "worker")
+            figure = await throughput_run(
+                bench,
+                "worker",
+                targets,
+                calls=config.calls,
+                warmup=config.warmup,
+                timeout=_timeout(config.calls),
+                consumer=worker,
+            )
+            details["throughput"] = figure.as_dict()
+            results["throughput"] = round(figure.tps, 1)
+            _say(f"  worker: {figure.tps:.0f} calls/s ({figure.failures} not updated)")
+
+        async with phases.phase("latency"):
+            assert worker is not None and worker.running(), "no worker running"
+            latency = await latency_run(
+                bench,
+                targets,
+                rate=config.latency_rate,
+                seconds=config.latency_seconds,
+                timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
+            )
+            details["latency"] = latency.as_dict()
+            results["p50_ms"] = round(latency.p50_ms, 2)
+            results["p95_ms"] = round(latency.p95_ms, 2)
+            results["p99_ms"] = round(latency.p99_ms, 2)
+            _say(
+                f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
+                f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
+            )
+
+        if config.prepublished:
+            async with phases.phase("throughput_prepublished"):
+                if worker is not None and worker.running():
+                    rss.append(worker.peak_rss_mb())
+                    await worker.terminate()
+                worker, _ = _worker(bench, "worker-prepublished")
+                figure = await throughput_run(
+                    bench,
+                    "prepub",
+                    targets,
+                    calls=config.calls,
+                    warmup=0,
+                    timeout=_timeout(config.calls),
+                    consumer=worker,
+                    prepublished=True,
+                )
+                details["throughput_prepublished"] = figure.as_dict()
+                results["throughput_prepublished"] = round(figure.tps, 1)
+                _say(f"  worker on a full queue: {figure.tps:.0f} calls/s")
+
+        if config.big_memories > 0:
+            async with phases.phase("cost_1m_vs_10k"):
+                if worker is None or not worker.running():
+                    worker = await _start_worker(bench, "worker-cost")
+                small = await throughput_run(
+                    bench,
+                    "cost10k",
+                    targets,
+                    calls=config.calls,
+                    warmup=config.warmup,
+                    timeout=_timeout(config.calls),
+                    consumer=worker,
+                )
+                _say(f"  {config.memories} memories: {small.tps:.0f} calls/s")
+                grown = await grow_memories(url, config.big_memories)
+                stored = await memory_count(url)
+                _say(f"  grew to {stored} memories in {grown:.1f}s")
+                big_targets = await pick_targets(url, config.calls, seed=2)
+                big = await throughput_run(
+                    bench,
+                    "cost1m",
+                    big_targets,
+                    calls=config.calls,
+                    warmup=config.warmup,
+                    timeout=_timeout(config.calls),
+                    consumer=worker,
+                )
+                _say(f"  {stored} memories: {big.tps:.0f} calls/s")
+                details["cost"] = {
+                    "small_memories": config.memories,
+                    "big_memories": stored,
+                    "small": small.as_dict(),
+                    "big": big.as_dict(),
+                    "grow_seconds": round(grown, 1),
+                }
+                results["cost_1m_vs_10k"] = round(small.tps / big.tps, 3)
+
+        async with phases.phase("rss"):
+            if worker is not None and worker.running():
+                rss.append(worker.peak_rss_mb())
+                await worker.terminate()
+            if not rss:
+                raise RuntimeError("no worker process was measured")
+            results["rss_mb"] = round(max(rss), 1)
+            details["rss_mb_per_worker"] = [round(value, 1) for value in rss]
+    finally:
+        if bench is not None:
+            for child in bench.children:
+                child.kill()
+        await connection.close()
+
+    throughput = results.get("throughput")
+    if throughput and results.get("broker_limit_tps"):
+        results["ratio_vs_broker"] = round(throughput / results["broker_limit_tps"], 3)
+    if throughput and results.get("peer_tps"):
+        results["ratio_vs_peer"] = round(throughput / results["peer_tps"], 3)
+    results["targets"] = evaluate(results)
+    results["details"] = details
+    results["phase_seconds"] = phases.seconds
+    results["errors"] = phases.errors
+    results["duration_s"] = round(time.perf_counter() - started, 1)
+    results.setdefault("machine", {})["load_average_at_end"] = [
+        round(x, 2) for x in os.getloadavg()
+    ]
+    results["logs"] = str(workdir)
+    return results
+
+
+# name, the target as written, and the test over the results (None: not measured).
+_TARGETS: tuple[tuple[str, str, Callable[[dict[str, Any]], bool | None]], ...] = (
+    (
+        "ratio_vs_broker",
+        "throughput >= 0.75 x broker limit",
+        lambda r: None if r.get("ratio_vs_broker") is None else r["ratio_vs_broker"] >= 0.75,
+    ),
+    (
+        "ratio_vs_peer",
+        "throughput >= 2 x peer",
+        lambda r: None if r.get("ratio_vs_peer") is None else r["ratio_vs_peer"] >= 2.0,
+    ),
+    (
+        "p99_ms",
+        "p99 <= 15 ms at 200 calls/s",
+        lambda r: None if r.get("p99_ms") is None else r["p99_ms"] <= 15.0,
+    ),
+    (
+        "rss_mb",
+        "worker RSS <= 120 MB",
+        lambda r: None if r.get("rss_mb") is None else r["rss_mb"] <= 120.0,
+    ),
+    (
+        "cost_1m_vs_10k",
+        "1M memories <= 10 % slower per call",
+        lambda r: None if r.get("cost_1m_vs_10k") is None else r["cost_1m_vs_10k"] <= 1.10,
+    ),
+)
+
+
+def evaluate(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        key: {"target": text, "measured": results.get(key), "met": test(results)}
+        for key, text, test in _TARGETS
+    }
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        digits = 0 if abs(value) >= 100 else (1 if abs(value) >= 10 else 2)
+        text = f"{value:,.{digits}f}"
+    else:
+        text = str(value)
+    return f"{text}{unit}"
+
+
+def render_table(results: dict[str, Any]) -> str:
+    machine = results.get("machine", {})
+    targets = results.get("targets", {})
+
+    def verdict(key: str) -> str:
+        met = targets.get(key, {}).get("met")
+        return "-" if met is None else ("met" if met else "NOT MET")
+
+    def target(key: str) -> str:
+        return str(targets.get(key, {}).get("target", ""))
+
+    broker = results.get("broker_limit_tps")
+    peer = results.get("peer_tps")
+    rows: list[tuple[str, str, str, str]] = [
+        ("db_limit_tps (1 client)", _fmt(results.get("db_limit_tps"), " /s"), "", ""),
+        ("db_limit_tps_4 (4 clients)", _fmt(results.get("db_limit_tps_4"), " /s"), "", ""),
+        ("db_limit_tps_16 (16 clients)", _fmt(results.get("db_limit_tps_16"), " /s"), "", ""),
+        (
+            "db_limit_batched_tps (2 x batch)",
+            _fmt(results.get("db_limit_batched_tps"), " /s"),
+            "",
+            "",
+        ),
+        ("broker_limit_tps", _fmt(broker, " /s"), "", ""),
+        ("peer_tps (FastStream)", _fmt(peer, " /s"), "", ""),
+        ("throughput (worker)", _fmt(results.get("throughput"), " /s"), "", ""),
+        ("throughput_prepublished", _fmt(results.get("throughput_prepublished"), " /s"), "", ""),
+        (
+            "ratio_vs_broker",
+            _fmt(results.get("ratio_vs_broker")),
+            target("ratio_vs_broker")
+            + (f" ({0.75 * broker:,.0f} /s)" if isinstance(broker, float) else ""),
+            verdict("ratio_vs_broker"),
+        ),
+        (
+            "ratio_vs_peer",
+            _fmt(results.get("ratio_vs_peer")),
+            target("ratio_vs_peer") + (f" ({2 * peer:,.0f} /s)" if isinstance(peer, float) else ""),
+            verdict("ratio_vs_peer"),
+        ),
+        ("p50_ms", _fmt(results.get("p50_ms"), " ms"), "", ""),
+        ("p95_ms", _fmt(results.get("p95_ms"), " ms"), "", ""),
+        ("p99_ms", _fmt(results.get("p99_ms"), " ms"), target("p99_ms"), verdict("p99_ms")),
+        ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
+        (
+            "cost_1m_vs_10k",
+            _fmt(results.get("cost_1m_vs_10k"), " x"),
+            target("cost_1m_vs_10k"),
+            verdict("cost_1m_vs_10k"),
+        ),
+    ]
+    header = ("figure", "measured", "target", "")
+    widths = [max(len(row[i]) for row in (*rows, header)) for i in range(4)]
+    libraries = machine.get("libraries", {})
+    lines = [
+        f"LTM bench, {machine.get('date', '?')}: {machine.get('nproc', '?')} x "
+        f"{machine.get('cpu_model', '?')}, {machine.get('memory_mb', '?')} MB, "
+        f"PostgreSQL {machine.get('postgresql', '?')}, RabbitMQ {machine.get('rabbitmq', '?')}, "
+        f"Python {machine.get('python', '?')}, aio-pika {libraries.get('aio-pika', '?')}, "
+        f"faststream {libraries.get('faststream', '?')}",
+        "",
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)).rstrip(),
+        "  ".join("-" * width for width in widths),
+    ]
+    lines += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in rows]
+    load = machine.get("load_average_at_start") or [0.0]
+    if load[0] > 1.0:
+        lines.append(
+            f"note: the machine was already busy at start (load average {load}): other work "
+            "shares these 2 cores, so the figures are lower than on a quiet machine"
+        )
+    errors = results.get("errors") or {}
+    for name, error in errors.items():
+        lines.append(f"phase {name} failed: {error.splitlines()[0] if error else ''}")
+    lines.append(f"took {results.get('duration_s', '?')} s; logs in {results.get('logs', '?')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    import uvloop
+
+    wall = time.perf_counter()
+    with bench_services() as services:
+        results = uvloop.run(run_bench(config, services))
+    results["wall_s"] = round(time.perf_counter() - wall, 1)
+    for calls_file in Path(results["logs"]).glob("*.jsonl"):  # publishers' input; logs stay
+        calls_file.unlink()
+    config.output.write_bytes(
+        orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    )
+    print()
+    print(render_table(results))
+    print(f"results written to {config.output}")
+    return 1 if results.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The events of one real call, as the running worker emits them: the bench's message shapes.
+
+The database and broker limits replay these bodies (same count, sizes, routing keys,
+time-to-live) instead of inventing their own, so they measure the work the worker's output
+really costs. They are captured from a private queue bound `#` on the events exchange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import orjson
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+
+from bench.amqp import call_message
+from bench.world import Target, content_for, tool_call
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
+
+__all__ = ["Sample", "SampleEvent", "capture", "message_for"]
+
+_QUIET_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SampleEvent:
+    event_type: str
+    routing_key: str
+    body: bytes
+    ttl_ms: int | None
+    correlated: bool  # carries the tool call's id as its correlation id
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What one successful server-memory update emits, and the result the inbox stores."""
+
+    events: tuple[SampleEvent, ...]
+    status: str
+    result: str  # the inbox's `result` JSON: status, message, data
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "status": self.status,
+                "result": self.result,
+                "events": [
+                    {
+                        "event_type": event.event_type,
+                        "routing_key": event.routing_key,
+                        "body": event.body.decode(),
+                        "ttl_ms": event.ttl_ms,
+                        "correlated": event.correlated,
+                    }
+                    for event in self.events
+                ],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Sample:
+        data: dict[str, Any] = orjson.loads(raw)
+        return cls(
+            status=data["status"],
+            result=data["result"],
+            events=tuple(
+                SampleEvent(
+                    event_type=item["event_type"],
+                    routing_key=item["routing_key"],
+                    body=item["body"].encode(),
+                    ttl_ms=item["ttl_ms"],
+                    correlated=item["correlated"],
+                )
+                for item in data["events"]
+            ),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> Sample:
+        return cls.from_json(path.read_bytes())
+
+    def sizes(self) -> dict[str, int]:
+        return {event.event_type: len(event.body) for event in self.events}
+
+
+async def capture(
+    connection: AbstractConnection, topology: Topology, target: Target, *, timeout: float = 30.0
+) -> Sample:
+    """Publishes one real call and keeps what the worker emits for it.
+
+    Waits for the result, then for a quiet second, so that however many events the worker
+    emits per call are all kept.
+    """
+    tool_call_id = "sample:0"
+    channel = await connection.channel()
+    events = await channel.get_exchange(topology.events_exchange, ensure=False)
+    queue = await channel.declare_queue(
+        f"{topology.prefix}.bench.sample", exclusive=True, auto_delete=True
+    )
+    await queue.bind(events, routing_key="#")
+    seen: list[AbstractIncomingMessage] = []
+    last_seen = [0.0]
+
+    async def keep(message: AbstractIncomingMessage) -> None:
+        if message.correlation_id == tool_call_id:
+            seen.append(message)
+            last_seen[0] = time.monotonic()
+
+    await queue.consume(keep, no_ack=True)
+    call = tool_call(target, tool_call_id, content_for(0))
+    publisher = await connection.channel(publisher_confirms=True)
+    tool_calls = await publisher.get_exchange(topology.tool_calls_exchange, ensure=False)
+    await tool_calls.publish(
+        call_message(
+            call.model_dump_json().encode(),
+            message_id=str(call.event_id),
+            correlation_id=tool_call_id,
+        ),
+        routing_key=UPDATE_LONG_TERM_MEMORY,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        has_result = any(m.type == "tool_call.completed" for m in seen)
+        if has_result and time.monotonic() - last_seen[0] > _QUIET_S:
+            break
+        await asyncio.sleep(0.05)
+    await channel.close()
+    await publisher.close()
+    results = [m for m in seen if m.type == "tool_call.completed"]
+    if not results:
+        raise RuntimeError(f"the worker did not answer the sample call within {timeout}s")
+    answer = orjson.loads(results[0].body)
+    if answer.get("status") != "memory_updated_successfully":
+        raise RuntimeError(f"the sample call did not update its memory: {answer}")
+    return Sample(
+        events=tuple(_event(message) for message in seen),
+        status=answer["status"],
+        result=orjson.dumps(
+            {"status": answer["status"], "message": answer["message"], "data": answer["data"]}
+        ).decode(),
+    )
+
+
+def _event(message: AbstractIncomingMessage) -> SampleEvent:
+    expiration = message.expiration  # seconds, as aio-pika decodes the property
+    ttl_ms = round(expiration * 1000) if isinstance(expiration, int | float) else None
+    return SampleEvent(
+        event_type=message.type or "",
+        routing_key=message.routing_key or "",
+        body=bytes(message.body),
+        ttl_ms=ttl_ms,
+        correlated=message.correlation_id is not None,
+    )
+
+
+def message_for(event: SampleEvent, message_id: str, correlation_id: str) -> aio_pika.Message:
+    """The event as the worker's `EventPublisher.publish_row` sends it."""
+    return aio_pika.Message(
+        event.body,
+        content_type=CONTENT_TYPE,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=message_id,
+        correlation_id=correlation_id if event.correlated else None,
+        type=event.event_type,
+        timestamp=datetime.now(UTC),
+        headers={"schema_version": SCHEMA_VERSION},
+        expiration=None if event.ttl_ms is None else max(event.ttl_ms, 1) / 1000,
+    )

@@ -1,0 +1,291 @@
+"""Driving a consumer under test (the worker, the peer) with real tool calls, and timing it.
+
+Throughput: a separate publisher process publishes N calls as fast as the broker confirms
+them; this process counts the `tool_call.completed` results as they arrive, and the
+sustained rate is results per second from the first result to the last. Latency: this
+process publishes at a fixed rate and takes both timestamps itself, publish to result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aio_pika.abc import AbstractConnection, AbstractExchange
+
+from bench.amqp import ResultCounter, Tally, call_message, publish_window
+from bench.processes import Child
+from bench.services import BenchServices
+from bench.world import Target, call_line, content_for, reset_calls, tool_call
+from contracts import UPDATE_LONG_TERM_MEMORY
+
+__all__ = [
+    "Bench",
+    "LatencyFigure",
+    "RunFigure",
+    "last_json_line",
+    "latency_run",
+    "percentile",
+    "throughput_run",
+    "warm_up",
+]
+
+
+@dataclass
+class Bench:
+    """What every phase shares: the services, the main connection, the result counter."""
+
+    services: BenchServices
+    connection: AbstractConnection
+    counter: ResultCounter
+    tool_calls: AbstractExchange  # on a channel with publisher confirms
+    workdir: Path
+    window: int = 256
+    max_run_seconds: float = 60.0  # a throughput run stops counting after this long
+    children: list[Child] = field(default_factory=list)
+    _numbers: dict[str, int] = field(default_factory=dict)
+
+    def child(self, name: str, module: str, *args: str, env: dict[str, str]) -> Child:
+        """A child process, killed at the end of the bench if it is still running."""
+        process = Child(name, module, args, env, self.workdir / f"{name}.log")
+        self.children.append(process)
+        return process
+
+    async def purge_worker_queue(self) -> int:
+        """Drops the calls still queued (after a capped run), so the next run starts empty."""
+        channel = await self.connection.channel()
+        queue = await channel.get_queue(self.services.topology.worker_queue, ensure=False)
+        purged = await queue.purge()
+        await channel.close()
+        return int(purged.message_count or 0)
+
+    def run_name(self, base: str) -> str:
+        """A fresh run name (the counter keys on it), e.g. `worker10k2`."""
+        self._numbers[base] = self._numbers.get(base, 0) + 1
+        return f"{base}{self._numbers[base]}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFigure:
+    calls: int
+    seconds: float
+    tps: float
+    failures: int
+    publish_rate: float | None
+    statuses: dict[str, int]
+    capped: bool  # stopped after `max_run_seconds` with calls still queued
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "capped": self.capped,
+            "seconds": round(self.seconds, 3),
+            "tps": round(self.tps, 1),
+            "failures": self.failures,
+            "publish_rate": None if self.publish_rate is None else round(self.publish_rate, 1),
+            "statuses": self.statuses,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyFigure:
+    calls: int
+    offered_rate: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    failures: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "offered_rate": round(self.offered_rate, 1),
+            "p50_ms": round(self.p50_ms, 2),
+            "p95_ms": round(self.p95_ms, 2),
+            "p99_ms": round(self.p99_ms, 2),
+            "max_ms": round(self.max_ms, 2),
+            "failures": self.failures,
+        }
+
+
+def last_json_line(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            value: dict[str, Any] = orjson.loads(line)
+            return value
+    raise RuntimeError(f"no JSON report in:\n{text[-2000:]}")
+
+
+def _messages(run: str, targets: Sequence[Target], count: int) -> list[tuple[str, bytes, str]]:
+    """(tool_call_id, body, message_id) of `count` calls of a run, over the targets in turn."""
+    out = []
+    for i in range(count):
+        call = tool_call(targets[i % len(targets)], f"{run}:{i}", content_for(i))
+        out.append((call.tool_call_id, call.model_dump_json().encode(), str(call.event_id)))
+    return out
+
+
+async def warm_up(bench: Bench, targets: Sequence[Target], count: int, timeout: float) -> None:
+    """`count` calls published from here, waited for: connections, caches and plans warm."""
+    if count <= 0:
+        return
+    run = bench.run_name("warm")
+    tally = bench.counter.expect(run, count)
+    messages = [
+        call_message(body, message_id=message_id, correlation_id=tool_call_id)
+        for tool_call_id, body, message_id in _messages(run, targets, count)
+    ]
+    await publish_window(bench.tool_calls, messages, window=bench.window)
+    if not await tally.wait(timeout):
+        raise RuntimeError(f"warm-up: {tally.count} of {count} results within {timeout}s")
+    bench.counter.forget(run)
+
+
+async def throughput_run(
+    bench: Bench,
+    base: str,
+    targets: Sequence[Target],
+    *,
+    calls: int,
+    warmup: int,
+    timeout: float,
+    consumer: Child | None = None,
+    prepublished: bool = False,
+) -> RunFigure:
+    """Sustained answered calls per second of whatever consumes the worker queue now.
+
+    The publisher is a separate process. With `prepublished`, every call is in the queue
+    before `consumer` (not yet started) is started; otherwise the publisher runs while the
+    consumer (already running) answers.
+    """
+    await reset_calls(bench.services.database_url)
+    if not prepublished:
+        await warm_up(bench, targets, warmup, timeout)
+    run = bench.run_name(base)
+    path = bench.workdir / f"{run}.jsonl"
+    path.write_bytes(
+        b"\n".join(
+            call_line(tool_call(targets[i % len(targets)], f"{run}:{i}", content_for(i)))
+            for i in range(calls)
+        )
+    )
+    tally = bench.counter.expect(run, calls)
+    publisher = bench.child(
+        f"{run}-publisher",
+        "bench.publisher",
+        "--amqp-url",
+        bench.services.amqp_url,
+        "--prefix",
+        bench.services.amqp_prefix,
+        "--file",
+        str(path),
+        "--window",
+        str(bench.window),
+        env=bench.services.env(),
+    ).start()
+    if prepublished:
+        code = await publisher.wait_exit(timeout)
+        if code != 0:
+            raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
+        assert consumer is not None, "a prepublished run starts its consumer"
+        consumer.start()
+    deadline = time.monotonic() + timeout
+    capped = False
+    while not tally.done.is_set():
+        if consumer is not None:
+            consumer.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{run}: {tally.count} of {calls} results within {timeout}s")
+        if tally.first is not None and time.perf_counter() - tally.first > bench.max_run_seconds:
+            capped = True
+            break
+        await asyncio.sleep(0.1)
+    publish_rate: float | None = None
+    if capped:
+        # Enough for a sustained rate; the rest of the calls would only make the bench long.
+        publisher.kill()
+        await bench.purge_worker_queue()
+        await _quiet(tally)
+    else:
+        code = await publisher.wait_exit(timeout)
+        if code != 0:
+            raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
+        publish_rate = float(last_json_line(publisher.output())["rate"])
+    bench.counter.forget(run)
+    assert tally.first is not None and tally.last is not None
+    return RunFigure(
+        calls=tally.count,
+        seconds=tally.last - tally.first,
+        tps=tally.rate(),
+        failures=tally.failures(),
+        publish_rate=publish_rate,
+        statuses=dict(tally.statuses),
+        capped=capped,
+    )
+
+
+async def _quiet(tally: Tally, *, seconds: float = 1.0, limit: float = 15.0) -> None:
+    """Until no result of the run came for `seconds`: the calls in flight are answered."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        last = tally.last
+        await asyncio.sleep(seconds)
+        if tally.last == last:
+            return
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+async def latency_run(
+    bench: Bench, targets: Sequence[Target], *, rate: float, seconds: float, timeout: float
+) -> LatencyFigure:
+    """Publish-to-result latency at a fixed offered rate, both timestamps taken here."""
+    await reset_calls(bench.services.database_url)
+    run = bench.run_name("latency")
+    count = max(1, round(rate * seconds))
+    prepared = [
+        (tool_call_id, call_message(body, message_id=message_id, correlation_id=tool_call_id))
+        for tool_call_id, body, message_id in _messages(run, targets, count)
+    ]
+    tally = bench.counter.expect(run, count)
+    sent: dict[str, float] = {}
+    tasks: list[asyncio.Task[Any]] = []
+    started = time.perf_counter()
+    for i, (tool_call_id, message) in enumerate(prepared):
+        delay = started + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent[tool_call_id] = time.perf_counter()
+        tasks.append(
+            asyncio.create_task(
+                bench.tool_calls.publish(message, routing_key=UPDATE_LONG_TERM_MEMORY)
+            )
+        )
+    last_sent = time.perf_counter()
+    await asyncio.gather(*tasks)
+    if not await tally.wait(timeout):
+        raise RuntimeError(f"latency: {tally.count} of {count} results within {timeout}s")
+    bench.counter.forget(run)
+    latencies = sorted((tally.received[key] - sent[key]) * 1000 for key in tally.received)
+    return LatencyFigure(
+        calls=len(latencies),
+        offered_rate=(count - 1) / (last_sent - started) if count > 1 else 0.0,
+        p50_ms=percentile(latencies, 50),
+        p95_ms=percentile(latencies, 95),
+        p99_ms=percentile(latencies, 99),
+        max_ms=latencies[-1],
+        failures=tally.failures(),
+    )
