@@ -1,0 +1,364 @@
+"""Fuzzing the real worker through the broker: any arguments are answered, any bad body is
+dead-lettered with a reason, and nothing is left stuck in the work queue.
+
+The worker runs under a prefix of this module's own, so that its dead-letter queue and work
+queue hold only what these tests publish.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import aio_pika
+import pytest
+from aio_pika.abc import AbstractChannel
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from contracts import (
+    InvalidEnvelope,
+    MemoryStatus,
+    ToolCallCompleted,
+    ToolCallContext,
+    ToolCallRequested,
+    Topology,
+    decode_tool_call,
+    encode_event,
+)
+from infra.settings import Settings
+from infra.topology import declare_topology
+from tests.support.broker import (
+    EventTap,
+    publish_raw,
+    publish_tool_call,
+    queue_depth,
+    tap_events,
+)
+from tests.support.processes import LtmProcess
+from tests.support.services import TestServices
+from tests.support.waiting import eventually
+from tests.support.world import Persona, World, participant, tool_call
+
+TOOL = "update_long_term_memory"
+MAX_MEMORY_ID = 2**53 - 1
+# Characters that databases, JSON and Discord treat specially.
+TRICKY_TEXT = ("\x00", "a\x00b", "\ufeff", "\u2028", "\x7f", "\\u0000", "e\u0301", "\U0001f600" * 3)
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30)
+)
+JSON = st.recursive(
+    JSON_SCALARS,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+FUZZ_SETTINGS = settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def fresh_id() -> str:
+    """A Discord-shaped id; Hypothesis seeds `random` for each example, uuid4 it does not."""
+    return str(10**18 + uuid.uuid4().int % (8 * 10**18))
+
+
+@dataclass(frozen=True)
+class Fuzzing:
+    """The module's broker setup: its topology, a channel, and taps on what comes out."""
+
+    settings: Settings
+    topology: Topology
+    channel: AbstractChannel
+    results: EventTap
+    dead: EventTap
+
+
+@pytest.fixture(scope="module")
+async def fuzzing(settings: Settings) -> AsyncIterator[Fuzzing]:
+    own = settings.model_copy(
+        update={"amqp_prefix": f"{settings.amqp_prefix}-fuzz{uuid.uuid4().hex[:8]}"}
+    )
+    topology = Topology(own.amqp_prefix)
+    connection = await aio_pika.connect(own.amqp_url)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        await declare_topology(channel, topology)
+        async with (
+            tap_events(channel, topology.events_exchange, ["result.#"]) as results,
+            tap_events(channel, topology.dead_letter_exchange) as dead,
+        ):
+            yield Fuzzing(own, topology, channel, results, dead)
+        for queue in (topology.worker_queue, topology.dead_letter_queue, topology.audit_stream):
+            await channel.queue_delete(queue)
+        for exchange in (
+            topology.tool_calls_exchange,
+            topology.dead_letter_exchange,
+            topology.events_exchange,
+        ):
+            await channel.exchange_delete(exchange)
+
+
+@pytest.fixture(scope="module")
+def fuzz_worker(
+    fuzzing: Fuzzing, services: TestServices, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LtmProcess]:
+    log = tmp_path_factory.mktemp("fuzz-worker") / "worker.log"
+    env = {"LTM_AMQP_PREFIX": fuzzing.settings.amqp_prefix, "LTM_DB_RETRY_SECONDS": "2"}
+    with LtmProcess(services, ("worker",), log, env=env) as process:
+        process.wait_ready()
+        yield process
+
+
+@dataclass(frozen=True)
+class Scene:
+    persona: Persona
+    triggerer: str
+    memory_ids: tuple[int, ...]
+    names: tuple[str, ...]
+
+
+@pytest.fixture(scope="module")
+async def scene(world: World) -> Scene:
+    server = await world.server(fresh_id())
+    persona = await world.persona(server)
+    triggerer_user, triggerer = await world.user(fresh_id())
+    await world.member(server, triggerer, "trig_t", display_name="Trig")
+    alice_user, alice = await world.user(fresh_id())
+    await world.member(server, alice, "alice_w", display_name="Alice")
+    memory_ids = [await world.server_memory(persona, f"fact {n}") for n in range(6)]
+    for owner in (triggerer_user, alice_user):
+        memory_ids.append(await world.personal_memory(owner, persona.lineage, "personal"))
+    return Scene(persona, triggerer, tuple(memory_ids), ("Alice", "Trig", "@alice", "nobody"))
+
+
+def arguments(scene: Scene) -> st.SearchStrategy[Any]:
+    ids = st.sampled_from(scene.memory_ids)
+    name = st.sampled_from(scene.names) | st.text(max_size=20)
+    plausible = st.fixed_dictionaries(
+        {
+            "memory_id": ids | ids.map(float) | st.integers(-3, MAX_MEMORY_ID + 3),
+            "memory_content": st.one_of(
+                st.text(),
+                st.text(alphabet=st.characters(max_codepoint=0x1F), max_size=5),  # controls
+                st.sampled_from(TRICKY_TEXT),
+                st.sampled_from(["", "{user} and {alice}", " "]),
+            ),
+        },
+        optional={"target_user": st.none() | name | JSON},
+    )
+    return st.one_of(JSON, plausible, plausible)
+
+
+async def answers(fuzzing: Fuzzing, tool_call_ids: list[str]) -> dict[str, ToolCallCompleted]:
+    async def all_answered() -> dict[str, ToolCallCompleted] | None:
+        found = {
+            result.tool_call_id: result
+            for result in fuzzing.results.events(ToolCallCompleted)
+            if result.tool_call_id in tool_call_ids
+        }
+        return found if len(found) == len(tool_call_ids) else None
+
+    return await eventually(all_answered, timeout=30, what="an answer to every call")
+
+
+async def work_queue_empty(fuzzing: Fuzzing) -> None:
+    async def empty() -> bool:
+        return await queue_depth(fuzzing.channel, fuzzing.topology.worker_queue) == 0
+
+    await eventually(empty, timeout=30, what="the work queue empty")
+
+
+@settings(FUZZ_SETTINGS, max_examples=25)
+@given(data=st.data())
+async def test_random_arguments_through_the_worker_are_answered_and_recorded(
+    fuzzing: Fuzzing, fuzz_worker: LtmProcess, scene: Scene, world: World, data: st.DataObject
+) -> None:
+    batch = data.draw(st.lists(arguments(scene), min_size=1, max_size=8), label="arguments")
+    calls = [
+        tool_call(
+            scene.persona,
+            raw,
+            triggerer_id=scene.triggerer,
+            participants=(participant(scene.triggerer, "Trig"),),
+            channel_id=fresh_id(),
+            tool_call_id=f"fuzz-{uuid.uuid4()}",
+        )
+        for raw in batch
+    ]
+    for call in calls:
+        await publish_tool_call(fuzzing.channel, fuzzing.topology, call)
+
+    found = await answers(fuzzing, [call.tool_call_id for call in calls])
+
+    for call in calls:
+        result = found[call.tool_call_id]
+        event(result.status.value)
+        assert result.success is result.status.success
+        assert result.message.strip()
+        # A sound scene and a database that is there: an answer the worker recorded.
+        assert result.status not in (MemoryStatus.INTERNAL_ERROR, MemoryStatus.DB_ERROR), (
+            call.arguments,
+            result,
+        )
+        inbox = await world.inbox(call.tool_call_id)
+        assert inbox is not None and inbox["status"] == result.status.value
+    dead = {delivery.properties["correlation_id"] for delivery in fuzzing.dead.deliveries}
+    assert not dead & {call.tool_call_id for call in calls}
+    await work_queue_empty(fuzzing)
+
+
+@pytest.mark.parametrize("text", TRICKY_TEXT, ids=ascii)
+async def test_tricky_text_through_the_worker_is_answered_and_recorded(
+    fuzzing: Fuzzing, fuzz_worker: LtmProcess, scene: Scene, world: World, text: str
+) -> None:
+    """The fuzzers' special characters, each once for certain, in an update of a live memory."""
+    memory_id = await world.server_memory(scene.persona, "to be rewritten")
+    call = tool_call(
+        scene.persona,
+        {"memory_id": memory_id, "memory_content": text},
+        triggerer_id=scene.triggerer,
+        participants=(participant(scene.triggerer, "Trig"),),
+        channel_id=fresh_id(),
+        tool_call_id=f"fuzz-{uuid.uuid4()}",
+    )
+    await publish_tool_call(fuzzing.channel, fuzzing.topology, call)
+
+    result = (await answers(fuzzing, [call.tool_call_id]))[call.tool_call_id]
+
+    assert result.status not in (MemoryStatus.INTERNAL_ERROR, MemoryStatus.DB_ERROR), result
+    inbox = await world.inbox(call.tool_call_id)
+    assert inbox is not None and inbox["status"] == result.status.value
+    if result.success:
+        assert await world.content(memory_id) == result.data.content_saved
+    await work_queue_empty(fuzzing)
+
+
+def valid_envelope() -> dict[str, Any]:
+    call = ToolCallRequested(
+        tool_call_id=f"fuzz-{uuid.uuid4()}",
+        tool_name=TOOL,
+        arguments={"memory_id": 1, "memory_content": "x"},
+        context=ToolCallContext(
+            guild_id=fresh_id(),
+            channel_id=fresh_id(),
+            triggerer_id=fresh_id(),
+            bot_user_id=fresh_id(),
+            persona_id=1,
+            shard_id=0,
+        ),
+    )
+    return dict(json.loads(encode_event(call)))
+
+
+_ENVELOPE_KEYS = (
+    "event_id",
+    "event_type",
+    "schema_version",
+    "occurred_at",
+    "tool_call_id",
+    "tool_name",
+    "context",
+)
+_CONTEXT_KEYS = ("guild_id", "channel_id", "triggerer_id", "bot_user_id", "persona_id", "shard_id")
+
+
+@st.composite
+def broken_envelopes(draw: st.DrawFn) -> bytes:
+    """A tool call with one thing wrong: a field missing, of another type or value, an unknown
+    schema version or event type, a tool nobody serves; or JSON that is no envelope at all."""
+    body = valid_envelope()
+    kind = draw(st.sampled_from(["drop", "replace", "context", "version", "tool", "any"]))
+    if kind == "drop":
+        del body[draw(st.sampled_from(_ENVELOPE_KEYS))]
+    elif kind == "replace":
+        body[draw(st.sampled_from(_ENVELOPE_KEYS))] = draw(JSON)
+    elif kind == "context":
+        key = draw(st.sampled_from(_CONTEXT_KEYS))
+        if draw(st.booleans()):
+            del body["context"][key]
+        else:
+            body["context"][key] = draw(JSON)
+    elif kind == "version":
+        body["schema_version"] = draw(st.integers().filter(lambda n: n != 1) | JSON)
+    elif kind == "tool":
+        body["tool_name"] = draw(st.text(max_size=30).filter(lambda name: name != TOOL))
+    else:
+        return json.dumps(draw(JSON)).encode()
+    return json.dumps(body).encode()
+
+
+def undecodable(body: bytes) -> bool:
+    """What the worker cannot answer: not a tool call, or a tool it does not serve."""
+    try:
+        call = decode_tool_call(body)
+    except InvalidEnvelope:
+        return True
+    return call.tool_name != TOOL
+
+
+async def assert_dead_lettered(fuzzing: Fuzzing, bodies: list[bytes]) -> None:
+    message_ids = [str(uuid.uuid4()) for _ in bodies]
+    for body, message_id in zip(bodies, message_ids, strict=True):
+        await publish_raw(
+            fuzzing.channel,
+            fuzzing.topology.tool_calls_exchange,
+            body,
+            TOOL,
+            message_id=message_id,
+            content_type="application/json",
+        )
+
+    async def all_dead() -> dict[str, Any] | None:
+        copies = {
+            delivery.properties["message_id"]: delivery
+            for delivery in fuzzing.dead.deliveries
+            if delivery.properties["message_id"] in message_ids
+        }
+        return copies if len(copies) == len(message_ids) else None
+
+    copies = await eventually(all_dead, timeout=30, what="every body dead-lettered")
+    for body, message_id in zip(bodies, message_ids, strict=True):
+        copy = copies[message_id]
+        reason = copy.headers.get("x-ltm-error")
+        assert isinstance(reason, str) and reason.strip(), copy.headers
+        assert copy.body == body
+        assert copy.routing_key == TOOL
+    await work_queue_empty(fuzzing)
+
+
+@settings(FUZZ_SETTINGS, max_examples=15)
+@given(bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=6))
+async def test_random_bytes_are_dead_lettered_with_a_reason(
+    fuzzing: Fuzzing, fuzz_worker: LtmProcess, bodies: list[bytes]
+) -> None:
+    assume(all(undecodable(body) for body in bodies))
+    await assert_dead_lettered(fuzzing, bodies)
+
+
+@settings(FUZZ_SETTINGS, max_examples=25)
+@given(bodies=st.lists(broken_envelopes(), min_size=1, max_size=6))
+async def test_json_that_is_not_a_valid_envelope_is_dead_lettered_with_a_reason(
+    fuzzing: Fuzzing, fuzz_worker: LtmProcess, bodies: list[bytes]
+) -> None:
+    assume(all(undecodable(body) for body in bodies))
+    await assert_dead_lettered(fuzzing, bodies)
+    results = {result.causation_id for result in fuzzing.results.events(ToolCallCompleted)}
+    sent_ids = set()
+    for body in bodies:
+        try:
+            sent_ids.add(uuid.UUID(str(json.loads(body).get("event_id"))))
+        except (AttributeError, ValueError, TypeError):
+            continue
+    assert not results & sent_ids, "a body that is no valid call was answered"
