@@ -38,7 +38,10 @@ __all__ = [
     "RevisionStore",
     "StoredResult",
     "ToolCallTransaction",
+    "apply_params",
+    "claim_params",
     "create_engine",
+    "events_params",
     "queue_events",
 ]
 
@@ -91,13 +94,10 @@ class OutboxRow:
 _CLAIM: Final = text(
     """
     WITH input AS (
-        SELECT * FROM unnest(
-            CAST(:tool_call_ids AS text[]), CAST(:event_ids AS uuid[]),
-            CAST(:tool_names AS text[]), CAST(:guild_ids AS text[]),
-            CAST(:channel_ids AS text[]), CAST(:shard_ids AS integer[]),
-            CAST(:server_disc_ids AS text[]), CAST(:persona_ids AS integer[])
-        ) AS i(tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id,
-               server_disc_id, persona_id)
+        SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
+            tool_call_id text, event_id uuid, tool_name text, guild_id text, channel_id text,
+            shard_id integer, server_disc_id text, persona_id integer
+        )
     ), claimed AS (
         INSERT INTO tool_call_inbox
             (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id)
@@ -161,13 +161,10 @@ _REVISION_COLUMNS: Final = """
 _APPLY: Final = text(
     f"""
     WITH input AS (
-        SELECT * FROM unnest(
-            CAST(:ords AS integer[]), CAST(:scopes AS text[]), CAST(:memory_ids AS bigint[]),
-            CAST(:server_ids AS integer[]), CAST(:lineages AS bigint[]),
-            CAST(:owner_user_ids AS integer[]), CAST(:contents AS text[]),
-            CAST(:actors AS text[]), CAST(:tool_call_ids AS text[])
-        ) AS i(ord, scope, memory_id, server_id, lineage, owner_user_id, content, actor,
-               tool_call_id)
+        SELECT * FROM json_to_recordset(CAST(:writes AS json)) AS i(
+            ord integer, scope text, memory_id bigint, server_id integer, lineage bigint,
+            owner_user_id integer, content text, actor text, tool_call_id text
+        )
     ), server_targets AS (
         SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
         FROM input AS i JOIN server_memories AS m
@@ -253,10 +250,10 @@ _SERVER_MEMORY_WITHIN_REACH: Final = text(
 
 _OUTBOX_INSERT: Final = """
     INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
-    SELECT * FROM unnest(
-        CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
-        CAST(:routing_keys AS text[]), CAST(:correlation_ids AS text[]),
-        CAST(:bodies AS bytea[]), CAST(:ttls AS integer[])
+    SELECT event_id, event_type, routing_key, correlation_id, convert_to(body, 'UTF8'), ttl_ms
+    FROM json_to_recordset(CAST(:events AS json)) AS e(
+        event_id uuid, event_type text, routing_key text, correlation_id text, body text,
+        ttl_ms integer
     )
     RETURNING outbox_id, event_id
 """
@@ -268,10 +265,10 @@ _FINISH: Final = text(
     f"""
     WITH queued AS ({_OUTBOX_INSERT}), answered AS (
         UPDATE tool_call_inbox AS inbox
-        SET status = a.status, result = CAST(a.result AS jsonb), completed_at = now()
-        FROM unnest(
-            CAST(:answered_ids AS text[]), CAST(:statuses AS text[]), CAST(:results AS text[])
-        ) AS a(tool_call_id, status, result)
+        SET status = a.status, result = a.result, completed_at = now()
+        FROM json_to_recordset(CAST(:answers AS json)) AS a(
+            tool_call_id text, status text, result jsonb
+        )
         WHERE inbox.tool_call_id = a.tool_call_id
     )
     SELECT outbox_id, event_id FROM queued
@@ -322,6 +319,69 @@ def _waves(writes: Sequence[PlannedWrite]) -> list[list[int]]:
     return waves
 
 
+# Batches travel as one JSON parameter each (json_to_recordset): encoding and parsing JSON is
+# C on both sides, where psycopg dumps array parameters element by element in Python.
+
+
+def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
+    return {
+        "calls": orjson.dumps(
+            [
+                {
+                    "tool_call_id": call.tool_call_id,
+                    "event_id": str(call.event_id),
+                    "tool_name": call.tool_name,
+                    "guild_id": call.context.guild_id,
+                    "channel_id": call.context.channel_id,
+                    "shard_id": call.context.shard_id,
+                    "server_disc_id": call.context.server_disc_id,
+                    "persona_id": call.context.persona_id,
+                }
+                for call in calls
+            ]
+        ).decode()
+    }
+
+
+def apply_params(writes: Sequence[PlannedWrite], positions: Sequence[int]) -> dict[str, str]:
+    return {
+        "writes": orjson.dumps(
+            [
+                {
+                    "ord": position,
+                    "scope": writes[position].write.scope,
+                    "memory_id": writes[position].write.memory_id,
+                    "server_id": writes[position].write.server_id,
+                    "lineage": writes[position].write.persona_lineage_id,
+                    "owner_user_id": writes[position].write.owner_user_id,
+                    "content": writes[position].write.content,
+                    "actor": writes[position].actor,
+                    "tool_call_id": writes[position].tool_call_id,
+                }
+                for position in positions
+            ]
+        ).decode()
+    }
+
+
+def events_params(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> dict[str, str]:
+    return {
+        "events": orjson.dumps(
+            [
+                {
+                    "event_id": str(outgoing.event.event_id),
+                    "event_type": outgoing.event.event_type,
+                    "routing_key": outgoing.routing_key,
+                    "correlation_id": outgoing.event.correlation_id,
+                    "body": body.decode(),
+                    "ttl_ms": outgoing.ttl_ms,
+                }
+                for outgoing, body in zip(events, bodies, strict=True)
+            ]
+        ).decode()
+    }
+
+
 class ToolCallTransaction:
     """One transaction for a batch of tool calls: every read and write of the pipeline."""
 
@@ -337,20 +397,7 @@ class ToolCallTransaction:
 
         The tool_call_ids of `calls` are distinct.
         """
-        contexts = [call.context for call in calls]
-        rows = await self._connection.execute(
-            _CLAIM,
-            {
-                "tool_call_ids": [call.tool_call_id for call in calls],
-                "event_ids": [call.event_id for call in calls],
-                "tool_names": [call.tool_name for call in calls],
-                "guild_ids": [context.guild_id for context in contexts],
-                "channel_ids": [context.channel_id for context in contexts],
-                "shard_ids": [context.shard_id for context in contexts],
-                "server_disc_ids": [context.server_disc_id for context in contexts],
-                "persona_ids": [context.persona_id for context in contexts],
-            },
-        )
+        rows = await self._connection.execute(_CLAIM, claim_params(calls))
         by_id = {row.tool_call_id: row for row in rows}
         answered_before = [
             call.tool_call_id for call in calls if not by_id[call.tool_call_id].claimed
@@ -428,21 +475,7 @@ class ToolCallTransaction:
         """The scoped writes and their revision rows; None where no memory matched."""
         written: list[WrittenMemory | None] = [None] * len(writes)
         for wave in _waves(writes):
-            planned = [writes[position] for position in wave]
-            rows = await self._connection.execute(
-                _APPLY,
-                {
-                    "ords": wave,
-                    "scopes": [p.write.scope for p in planned],
-                    "memory_ids": [p.write.memory_id for p in planned],
-                    "server_ids": [p.write.server_id for p in planned],
-                    "lineages": [p.write.persona_lineage_id for p in planned],
-                    "owner_user_ids": [p.write.owner_user_id for p in planned],
-                    "contents": [p.write.content for p in planned],
-                    "actors": [p.actor for p in planned],
-                    "tool_call_ids": [p.tool_call_id for p in planned],
-                },
-            )
+            rows = await self._connection.execute(_APPLY, apply_params(writes, wave))
             position_of = {writes[position].tool_call_id: position for position in wave}
             for row in rows:
                 written[position_of[row.tool_call_id]] = WrittenMemory(
@@ -479,19 +512,21 @@ class ToolCallTransaction:
             self._connection,
             _FINISH,
             events,
-            answered_ids=[answer.tool_call_id for answer in answers],
-            statuses=[answer.status.value for answer in answers],
-            results=[_stored_json(answer) for answer in answers],
+            answers=orjson.dumps([_stored_answer(answer) for answer in answers]).decode(),
         )
 
 
-def _stored_json(answer: Answer) -> str:
-    stored = {
+def _stored_answer(answer: Answer) -> dict[str, Any]:
+    result = {
         "status": answer.status.value,
         "message": answer.message,
         "data": answer.data.model_dump(mode="json"),
     }
-    return orjson.dumps(_without_nul(stored)).decode()
+    return {
+        "tool_call_id": answer.tool_call_id,
+        "status": answer.status.value,
+        "result": _without_nul(result),
+    }
 
 
 def _without_nul(value: Any) -> Any:
@@ -519,18 +554,7 @@ async def _queue(
     **params: Any,
 ) -> list[OutboxRow]:
     bodies = [encode_event(outgoing.event) for outgoing in events]
-    rows = await connection.execute(
-        statement,
-        {
-            "event_ids": [outgoing.event.event_id for outgoing in events],
-            "event_types": [outgoing.event.event_type for outgoing in events],
-            "routing_keys": [outgoing.routing_key for outgoing in events],
-            "correlation_ids": [outgoing.event.correlation_id for outgoing in events],
-            "bodies": bodies,
-            "ttls": [outgoing.ttl_ms for outgoing in events],
-            **params,
-        },
-    )
+    rows = await connection.execute(statement, {**events_params(events, bodies), **params})
     ids = {row.event_id: row.outbox_id for row in rows}
     return [
         OutboxRow(
