@@ -38,6 +38,7 @@ __all__ = [
     "RevisionStore",
     "StoredResult",
     "ToolCallTransaction",
+    "answers_params",
     "apply_params",
     "claim_params",
     "create_engine",
@@ -508,12 +509,11 @@ class ToolCallTransaction:
         self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
         """Stores the results for idempotency and queues the events, in this transaction."""
-        return await _queue(
-            self._connection,
-            _FINISH,
-            events,
-            answers=orjson.dumps([_stored_answer(answer) for answer in answers]).decode(),
-        )
+        return await _queue(self._connection, _FINISH, events, **answers_params(answers))
+
+
+def answers_params(answers: Sequence[Answer]) -> dict[str, str]:
+    return {"answers": orjson.dumps([_stored_answer(answer) for answer in answers]).decode()}
 
 
 def _stored_answer(answer: Answer) -> dict[str, Any]:
