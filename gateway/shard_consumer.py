@@ -117,6 +117,9 @@ class ShardConsumer:
         self._locks = _KeyedLocks()
         self._inflight = InFlight()
         self._consumers: dict[int, tuple[AbstractQueue, str]] = {}
+        # Sends run as tasks of their own: a channel closing cancels the delivery's handler,
+        # not a POST already on its way, and the redelivered copy waits for that POST.
+        self._sending: dict[uuid.UUID, asyncio.Task[Delivery]] = {}
 
     @property
     def shards(self) -> tuple[int, ...]:
@@ -147,6 +150,11 @@ class ShardConsumer:
         cancelled = await self._inflight.drain(grace_s)
         if cancelled:
             log.warning("shard.stop_cancelled_deliveries", count=cancelled)
+        sending = list(self._sending.values())
+        if sending:
+            _, late = await asyncio.wait(sending, timeout=grace_s)
+            for task in late:
+                task.cancel()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         with self._inflight.track():
@@ -196,6 +204,22 @@ class ShardConsumer:
             await message.ack()
             return
 
+        outcome = await asyncio.shield(self._send_once(event))
+        if outcome is Delivery.RETRY_LATER:
+            await message.nack(requeue=True)
+            return
+        await message.ack()
+
+    def _send_once(self, event: EmbedRequested) -> asyncio.Task[Delivery]:
+        """The send of this event: the one under way, or a new one."""
+        task = self._sending.get(event.event_id)
+        if task is None:
+            task = asyncio.create_task(self._send(event), name=f"embed-{event.event_id}")
+            self._sending[event.event_id] = task
+            task.add_done_callback(lambda _: self._sending.pop(event.event_id, None))
+        return task
+
+    async def _send(self, event: EmbedRequested) -> Delivery:
         try:
             outcome = await self._sender.send(event)
         except Exception:
@@ -204,8 +228,7 @@ class ShardConsumer:
                 "embed.send_crashed", tool_call_id=event.tool_call_id, event_id=str(event.event_id)
             )
             outcome = Delivery.DROPPED
-        if outcome is Delivery.RETRY_LATER:
-            await message.nack(requeue=True)
-            return
-        self.seen.add(event.event_id)
-        await message.ack()
+        if outcome is not Delivery.RETRY_LATER:
+            # Recorded here, not by the handler: the handler may be gone by now.
+            self.seen.add(event.event_id)
+        return outcome
