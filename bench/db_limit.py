@@ -1,12 +1,17 @@
 """The database limit: the worker's statements for one successful update, in a tight loop.
 
 Per call, on one psycopg 3 async connection with prepared statements, exactly what the
-worker sends: claim the inbox row and load the server state, the scoped update with its
-revision, the finish statement (the outbox rows and the stored result), commit; then mark
-the outbox rows published in a transaction of their own. Each client updates its own share
-of the memories, so that clients do not wait on each other's row locks. With `batch` > 1,
-that many calls share each transaction (the worker's statements take arrays), which is
-what the worker does with calls that arrive together.
+worker sends, with the parameters its own builders make: claim the inbox row and load the
+server state, the scoped update with its revision, the finish statement (the outbox rows and
+the stored result), commit; then mark the outbox rows published in a transaction of their
+own. Each client updates its own share of the memories, so that clients do not wait on each
+other's row locks. With `batch` > 1, that many calls share each transaction (each statement
+takes the whole batch), which is what the worker does with calls that arrive together.
+
+The events queued are the sample's (what the running worker emitted for one call), each
+with a fresh id and the call's ids, and their captured bodies: the outbox stores what the
+worker's output really weighs, without this loop re-encoding them. The stored result is the
+worker's own (`success`) for the write the database performed.
 """
 
 from __future__ import annotations
@@ -23,23 +28,21 @@ from psycopg.rows import DictRow, dict_row
 
 from bench.samples import Sample
 from bench.sql import (
+    APPLY,
     CLAIM,
     FINISH,
     MARK_PUBLISHED,
-    WRITE,
-    CallValues,
-    OutboxValues,
-    claim_params,
+    apply_batches,
     finish_params,
-    write_params,
+    server_update,
 )
-from bench.world import Target, content_for
-from contracts import UPDATE_LONG_TERM_MEMORY
+from bench.world import Target, content_for, tool_call
+from contracts import Event, ToolCallRequested, decode_event
+from worker.adapters.database import Answer, OutgoingEvent, PlannedWrite, claim_params
+from worker.core.decide import success
+from worker.core.model import WrittenMemory
 
 __all__ = ["DbFigure", "as_dict", "measure"]
-
-_ACTOR = "210987654321098765"
-_CHANNEL = "410987654321098765"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,66 +55,100 @@ class DbFigure:
     failures: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """The sample's events, decoded once, with where they went and their captured bodies."""
+
+    events: tuple[OutgoingEvent, ...]
+    bodies: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, sample: Sample) -> _Outgoing:
+        return cls(
+            events=tuple(
+                OutgoingEvent(decode_event(event.body), event.routing_key, event.ttl_ms)
+                for event in sample.events
+            ),
+            bodies=tuple(event.body for event in sample.events),
+        )
+
+    def for_call(self, call: ToolCallRequested) -> list[OutgoingEvent]:
+        """The events as the worker makes them for `call`: new ids, caused by the call."""
+        return [
+            OutgoingEvent(_reissued(outgoing.event, call), outgoing.routing_key, outgoing.ttl_ms)
+            for outgoing in self.events
+        ]
+
+
+def _reissued(event: Event, call: ToolCallRequested) -> Event:
+    update: dict[str, Any] = {"event_id": uuid.uuid4(), "causation_id": call.event_id}
+    if event.correlation_id is not None:
+        update["tool_call_id"] = call.tool_call_id
+    return event.model_copy(update=update)
+
+
 async def _one_transaction(
     connection: psycopg.AsyncConnection[DictRow],
     cursor: psycopg.AsyncCursor[DictRow],
-    calls: Sequence[CallValues],
-    sample: Sample,
+    calls: Sequence[tuple[ToolCallRequested, int, str]],
+    outgoing: _Outgoing,
 ) -> int:
-    """One transaction's statements for `calls`, then the mark; how many found their memory."""
-    await cursor.execute(CLAIM, claim_params(calls), prepare=True)
+    """One transaction's statements for (call, memory id, content) triples, then the mark.
+
+    Returns how many calls found their memory.
+    """
+    requests = [call for call, _, _ in calls]
+    await cursor.execute(CLAIM, claim_params(requests), prepare=True)
     states = {row["tool_call_id"]: row for row in await cursor.fetchall()}
-    ordered = [states[call.tool_call_id] for call in calls]
-    assert all(state["claimed"] and state["server_id"] is not None for state in ordered)
-    await cursor.execute(
-        WRITE,
-        write_params(
-            calls,
-            server_ids=[state["server_id"] for state in ordered],
-            lineages=[state["persona_lineage_id"] for state in ordered],
-        ),
-        prepare=True,
-    )
-    written = len(await cursor.fetchall())
-    events = sample.events
-    answered = [
-        (
-            call.tool_call_id,
-            OutboxValues(
-                event_ids=[uuid.uuid4() for _ in events],
-                event_types=[event.event_type for event in events],
-                routing_keys=[event.routing_key for event in events],
-                bodies=[event.body for event in events],
-                ttls=[event.ttl_ms for event in events],
-                correlated=[event.correlated for event in events],
-                status=sample.status,
-                result=sample.result,
-            ),
-        )
-        for call in calls
-    ]
-    await cursor.execute(FINISH, finish_params(answered), prepare=True)
+    writes: list[PlannedWrite] = []
+    for call, memory_id, content in calls:
+        state = states[call.tool_call_id]
+        assert state["claimed"] and state["server_id"] is not None, state
+        writes.append(server_update(call, state, memory_id=memory_id, content=content))
+    written: dict[str, WrittenMemory] = {}
+    for params in apply_batches(writes):
+        await cursor.execute(APPLY, params, prepare=True)
+        for row in await cursor.fetchall():
+            written[row["tool_call_id"]] = WrittenMemory(
+                revision_id=row["revision_id"],
+                content_before=row["content_before"],
+                persona_lineage_id=row["persona_lineage_id"],
+            )
+    answers: list[Answer] = []
+    events: list[OutgoingEvent] = []
+    bodies: list[bytes] = []
+    for call, planned in zip(requests, writes, strict=True):
+        memory = written.get(call.tool_call_id)
+        if memory is None:
+            continue  # not the bench's case: its memories exist; counted as a failure
+        answers.append(Answer(call.tool_call_id, *success(planned.write, memory)))
+        events.extend(outgoing.for_call(call))
+        bodies.extend(outgoing.bodies)
+    await cursor.execute(FINISH, finish_params(answers, events, bodies), prepare=True)
     outbox_ids = [row["outbox_id"] for row in await cursor.fetchall()]
     await connection.commit()
     await cursor.execute(MARK_PUBLISHED, {"outbox_ids": outbox_ids}, prepare=True)
     await connection.commit()
-    return written
+    return len(written)
 
 
-def _call(target: Target, tool_call_id: str, number: int) -> CallValues:
-    return CallValues(
-        tool_call_id=tool_call_id,
-        event_id=uuid.uuid4(),
-        tool_name=UPDATE_LONG_TERM_MEMORY,
-        guild_id=target.guild_id,
-        channel_id=_CHANNEL,
-        shard_id=0,
-        server_disc_id=target.guild_id,
-        persona_id=target.persona_id,
-        memory_id=target.memory_id,
-        content=content_for(number),
-        actor=_ACTOR,
+def _call(
+    templates: dict[Target, ToolCallRequested], target: Target, tool_call_id: str, number: int
+) -> tuple[ToolCallRequested, int, str]:
+    """A real call updating `target`: (call, memory id, content).
+
+    The target's first call is built whole (`tool_call`); later ones copy it with new ids
+    and content, which keeps this loop's own Python cost small.
+    """
+    content = content_for(number)
+    arguments = {"memory_id": target.memory_id, "memory_content": content}
+    template = templates.get(target)
+    if template is None:
+        template = templates[target] = tool_call(target, tool_call_id, content)
+    call = template.model_copy(
+        update={"tool_call_id": tool_call_id, "event_id": uuid.uuid4(), "arguments": arguments}
     )
+    return call, target.memory_id, content
 
 
 async def _client(
@@ -129,15 +166,18 @@ async def _client(
     connection = await psycopg.AsyncConnection.connect(url, row_factory=dict_row)
     async with connection:
         cursor = connection.cursor()
+        outgoing = _Outgoing.of(sample)
+        templates: dict[Target, ToolCallRequested] = {}
         number = 0
 
         async def transaction() -> int:
             nonlocal number
             calls = []
             for _ in range(batch):
-                calls.append(_call(targets[number % len(targets)], f"{tag}:{number}", number))
+                target = targets[number % len(targets)]
+                calls.append(_call(templates, target, f"{tag}:{number}", number))
                 number += 1
-            return await _one_transaction(connection, cursor, calls, sample)
+            return await _one_transaction(connection, cursor, calls, outgoing)
 
         for _ in range(warmup):
             await transaction()

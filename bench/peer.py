@@ -6,9 +6,10 @@ Written the way FastStream's documentation shows it: a `RabbitBroker`, the queue
 exchanges as `RabbitQueue` / `RabbitExchange` (declared exactly as the worker declares them),
 one `@broker.subscriber` handler, one `broker.publisher` for the events, FastStream's
 default acknowledgement (ack after the handler returns). The handler does the worker's
-work for a successful update: the same transaction with the same SQL on a psycopg pool
-(claim, scoped update with revision, finish with 4 outbox rows, commit), the same 4 events
-published with confirms (concurrently), then the outbox rows marked published.
+work for a successful update: the same transaction with the same SQL, its parameters made
+by the worker's own builders, on a psycopg pool (claim, scoped update with revision, finish
+with 4 outbox rows, commit), the same 4 events published with confirms (concurrently), then
+the outbox rows marked published.
 
 Contract models are strict, so the handler's body is decoded by the contract's own decoder
 (FastStream's `decoder=` hook) rather than FastStream's dict-then-validate path.
@@ -34,17 +35,7 @@ from faststream.rabbit.message import RabbitMessage
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from bench.sql import (
-    CLAIM,
-    FINISH,
-    MARK_PUBLISHED,
-    WRITE,
-    CallValues,
-    OutboxValues,
-    claim_params,
-    finish_params,
-    write_params,
-)
+from bench.sql import APPLY, CLAIM, FINISH, MARK_PUBLISHED, finish_params, server_update
 from contracts import (
     UPDATE_COLOR,
     UPDATE_LONG_TERM_MEMORY,
@@ -67,6 +58,7 @@ from contracts import (
     result_routing_key,
 )
 from infra.topology import worker_queue_arguments
+from worker.adapters.database import Answer, OutgoingEvent, apply_params, claim_params
 
 __all__ = ["app", "broker", "main"]
 
@@ -146,55 +138,26 @@ async def update_memory(call: ToolCallRequested) -> None:
     arguments: dict[str, Any] = call.arguments_object() or {}
     memory_id = int(arguments["memory_id"])
     content = str(arguments["memory_content"]).strip()
-    context = call.context
-    values = CallValues(
-        tool_call_id=call.tool_call_id,
-        event_id=call.event_id,
-        tool_name=call.tool_name,
-        guild_id=context.guild_id,
-        channel_id=context.channel_id,
-        shard_id=context.shard_id,
-        server_disc_id=context.server_disc_id,
-        persona_id=context.persona_id,
-        memory_id=memory_id,
-        content=content,
-        actor=context.triggerer_id,
-    )
     async with pool.connection() as connection, connection.transaction():
         cursor = connection.cursor()
-        await cursor.execute(CLAIM, claim_params([values]))
+        await cursor.execute(CLAIM, claim_params([call]))
         state: dict[str, Any] | None = await cursor.fetchone()  # type: ignore[assignment]
         assert state is not None and state["claimed"], "a call is answered once"
-        await cursor.execute(
-            WRITE,
-            write_params(
-                [values],
-                server_ids=[state["server_id"]],
-                lineages=[state["persona_lineage_id"]],
-            ),
-        )
+        write = server_update(call, state, memory_id=memory_id, content=content)
+        await cursor.execute(APPLY, apply_params([write], [0]))
         written: dict[str, Any] | None = await cursor.fetchone()  # type: ignore[assignment]
         assert written is not None, "the bench only updates memories that exist"
         outgoing = _events(call, state, written, memory_id, content)
-        bodies = [encode_event(event) for event, _, _ in outgoing]
-        result = outgoing[0][0]
+        bodies = [encode_event(item.event) for item in outgoing]
+        result = outgoing[0].event
         assert isinstance(result, ToolCallCompleted)
-        outbox = OutboxValues(
-            event_ids=[event.event_id for event, _, _ in outgoing],
-            event_types=[event.event_type for event, _, _ in outgoing],
-            routing_keys=[routing_key for _, routing_key, _ in outgoing],
-            bodies=bodies,
-            ttls=[ttl for _, _, ttl in outgoing],
-            correlated=[event.correlation_id is not None for event, _, _ in outgoing],
-            status=result.status.value,
-            result=result.model_dump_json(include={"status", "message", "data"}),
-        )
-        await cursor.execute(FINISH, finish_params([(call.tool_call_id, outbox)]))
+        answer = Answer(call.tool_call_id, result.status, result.message, result.data)
+        await cursor.execute(FINISH, finish_params([answer], outgoing, bodies))
         outbox_ids = [row["outbox_id"] for row in await cursor.fetchall()]  # type: ignore[call-overload]
     await asyncio.gather(
         *(
-            _publish(event, body, routing_key, ttl)
-            for (event, routing_key, ttl), body in zip(outgoing, bodies, strict=True)
+            _publish(item.event, body, item.routing_key, item.ttl_ms)
+            for item, body in zip(outgoing, bodies, strict=True)
         )
     )
     async with pool.connection() as connection:
@@ -207,7 +170,7 @@ def _events(
     written: dict[str, Any],
     memory_id: int,
     content: str,
-) -> list[tuple[Event, str, int | None]]:
+) -> list[OutgoingEvent]:
     """The result, the embed, the cache invalidation and the audit event of one update."""
     context = call.context
     common: dict[str, Any] = {"causation_id": call.event_id, "tool_call_id": call.tool_call_id}
@@ -253,10 +216,10 @@ def _events(
         content_after=content,
     )
     return [
-        (result, result_routing_key(context.shard_id), REPLY_TTL_MS),
-        (embed, embed_routing_key(context.shard_id), REPLY_TTL_MS),
-        (invalidation, cache_routing_key("persona_state", context.server_disc_id), None),
-        (audit, audit_routing_key("updated", "server_wide"), None),
+        OutgoingEvent(result, result_routing_key(context.shard_id), REPLY_TTL_MS),
+        OutgoingEvent(embed, embed_routing_key(context.shard_id), REPLY_TTL_MS),
+        OutgoingEvent(invalidation, cache_routing_key("persona_state", context.server_disc_id)),
+        OutgoingEvent(audit, audit_routing_key("updated", "server_wide")),
     ]
 
 
