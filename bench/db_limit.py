@@ -38,7 +38,8 @@ from bench.sql import (
 )
 from bench.world import Target, content_for, tool_call
 from contracts import Event, ToolCallRequested, decode_event
-from worker.adapters.database import Answer, OutgoingEvent, PlannedWrite, claim_params
+from worker.adapters.database import Answer, PlannedWrite, claim_params
+from worker.adapters.outbox import OutgoingEvent
 from worker.core.decide import success
 from worker.core.model import WrittenMemory
 

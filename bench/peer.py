@@ -58,7 +58,8 @@ from contracts import (
     result_routing_key,
 )
 from infra.topology import worker_queue_arguments
-from worker.adapters.database import Answer, OutgoingEvent, apply_params, claim_params
+from worker.adapters.database import Answer, apply_params, claim_params
+from worker.adapters.outbox import OutgoingEvent
 
 __all__ = ["app", "broker", "main"]
 

@@ -1,9 +1,10 @@
 """The worker's own SQL for successful server-memory updates, as psycopg statements.
 
-The text is imported from `worker.adapters.database` (`_CLAIM`, `_APPLY`, `_FINISH`,
-`_MARK_PUBLISHED`) and compiled once with SQLAlchemy's psycopg dialect (`:name` →
-`%(name)s`), so the bench runs exactly the statements the worker runs. Their parameters come
-from the worker's own builders (`claim_params`, `apply_params`, `events_params`,
+The text is imported from `worker.adapters.database` (`_CLAIM`, `_APPLY`, `_FINISH`) and
+`worker.adapters.outbox` (`_MARK_PUBLISHED`), and compiled once with SQLAlchemy's psycopg
+dialect (`:name` → `%(name)s`), so the bench runs exactly the statements the worker runs.
+Their parameters come from the worker's own builders (`claim_params`, `apply_params`,
+`events_params`,
 `answers_params`) over the worker's own objects (`ToolCallRequested`, `PlannedWrite`,
 `OutgoingEvent`, `Answer`): each batch travels as one JSON parameter, and a single call is a
 batch of one. The helpers here only put those builders together the way
@@ -26,15 +27,13 @@ from worker.adapters.database import (
     _APPLY,
     _CLAIM,
     _FINISH,
-    _MARK_PUBLISHED,
     Answer,
-    OutgoingEvent,
     PlannedWrite,
     _waves,
     answers_params,
     apply_params,
-    events_params,
 )
+from worker.adapters.outbox import _MARK_PUBLISHED, OutgoingEvent, events_params
 from worker.core.model import MemoryWrite
 
 __all__ = [

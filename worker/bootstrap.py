@@ -13,8 +13,9 @@ from contracts import Topology
 from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import declare_topology as declare_broker_topology
-from worker.adapters.database import MemoryStore, OutboxStore, create_engine
+from worker.adapters.database import MemoryStore, create_engine
 from worker.adapters.metrics import serve_metrics
+from worker.adapters.outbox import OutboxStore
 from worker.runtime import Worker
 
 __all__ = [

@@ -42,8 +42,9 @@ from infra.settings import Settings
 from infra.topology import SUPPORTED_TOOLS, declare_topology
 from worker import failpoints
 from worker.adapters.broker import EventPublisher
-from worker.adapters.database import MemoryStore, OutboxStore
+from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
+from worker.adapters.outbox import OutboxStore
 from worker.batching import CallBatcher, GroupCommit
 from worker.core import messages
 from worker.service import Processed, answer, process_tool_calls

@@ -23,14 +23,8 @@ from contracts import (
     embed_routing_key,
     result_routing_key,
 )
-from worker.adapters.database import (
-    Answer,
-    OutboxRow,
-    OutgoingEvent,
-    PlannedWrite,
-    StoredResult,
-    ToolCallTransaction,
-)
+from worker.adapters.database import Answer, PlannedWrite, StoredResult, ToolCallTransaction
+from worker.adapters.outbox import OutboxRow, OutgoingEvent
 from worker.core.arguments import parse_arguments
 from worker.core.decide import (
     check_personal_scope,

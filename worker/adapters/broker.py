@@ -15,7 +15,7 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
-from worker.adapters.database import OutboxRow
+from worker.adapters.outbox import OutboxRow
 
 __all__ = ["ATTEMPTS_HEADER", "ERROR_HEADER", "FAILED_AT_HEADER", "EventPublisher"]
 

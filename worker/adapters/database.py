@@ -1,12 +1,13 @@
-"""PostgreSQL: loads the facts of one tool call and performs its decision in one transaction.
+"""PostgreSQL: loads the facts of a batch of tool calls and performs the decisions in one
+transaction.
 
-This module owns the pipeline's SQL. Every statement is SQLAlchemy Core `text()`, compiled
-once and prepared by psycopg after a few uses: the ORM stays off the hot path.
+This module owns the pipeline's SQL; the outbox and the revisions have modules of their own.
+Every statement is SQLAlchemy Core `text()`, compiled once and prepared by psycopg after a
+few uses: the ORM stays off the hot path.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ import orjson
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from contracts import Event, MemoryStatus, ResultData, ToolCallRequested, encode_event
+from contracts import MemoryStatus, ResultData, ToolCallRequested
+from worker.adapters.outbox import OUTBOX_INSERT, OutboxRow, OutgoingEvent, insert_events
+from worker.adapters.revisions import REVISION_INSERT
 from worker.core.model import (
     DirectoryMember,
     MemoryWrite,
@@ -29,21 +32,13 @@ __all__ = [
     "Answer",
     "Claim",
     "MemoryStore",
-    "OutboxRow",
-    "OutboxStore",
-    "OutgoingEvent",
     "PlannedWrite",
-    "RestoredMemory",
-    "Revision",
-    "RevisionStore",
     "StoredResult",
     "ToolCallTransaction",
     "answers_params",
     "apply_params",
     "claim_params",
     "create_engine",
-    "events_params",
-    "queue_events",
 ]
 
 
@@ -79,19 +74,6 @@ class Claim:
     state: ServerState | None
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    outbox_id: int
-    event_id: uuid.UUID
-    event_type: str
-    routing_key: str
-    correlation_id: str | None
-    body: bytes
-    ttl_ms: int | None
-
-
-# Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
-# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
 _CLAIM: Final = text(
     """
     WITH input AS (
@@ -148,12 +130,6 @@ _USER: Final = text(
     """
 )
 
-_REVISION_COLUMNS: Final = """
-    INSERT INTO memory_revisions
-        (scope, memory_id, action, content_before, content_after, server_id, owner_user_id,
-         persona_lineage_id, actor_disc_id, tool_call_id, occurred_at)
-"""
-
 # The writes of a batch, each matched by its whole scope and changed in this one statement,
 # with its revision row. Rows are locked in id order (no deadlock between two workers'
 # batches), and a change of the same memory by another transaction makes the lock wait, then
@@ -209,7 +185,7 @@ _APPLY: Final = text(
         SELECT ord FROM server_updated UNION ALL SELECT ord FROM server_deleted
         UNION ALL SELECT ord FROM personal_updated UNION ALL SELECT ord FROM personal_deleted
     )
-    {_REVISION_COLUMNS}
+    {REVISION_INSERT}
     SELECT i.scope, i.memory_id, CASE WHEN i.content IS NULL THEN 'deleted' ELSE 'updated' END,
            t.content_before, i.content, i.server_id,
            CASE WHEN i.scope = 'target_user' THEN i.owner_user_id END,
@@ -249,22 +225,11 @@ _SERVER_MEMORY_WITHIN_REACH: Final = text(
     """
 )
 
-_OUTBOX_INSERT: Final = """
-    INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
-    SELECT event_id, event_type, routing_key, correlation_id, convert_to(body, 'UTF8'), ttl_ms
-    FROM json_to_recordset(CAST(:events AS json)) AS e(
-        event_id uuid, event_type text, routing_key text, correlation_id text, body text,
-        ttl_ms integer
-    )
-    RETURNING outbox_id, event_id
-"""
-
-_QUEUE: Final = text(_OUTBOX_INSERT)
 
 # Every result and event of a batch in one round trip: the last statement before commit.
 _FINISH: Final = text(
     f"""
-    WITH queued AS ({_OUTBOX_INSERT}), answered AS (
+    WITH queued AS ({OUTBOX_INSERT}), answered AS (
         UPDATE tool_call_inbox AS inbox
         SET status = a.status, result = a.result, completed_at = now()
         FROM json_to_recordset(CAST(:answers AS json)) AS a(
@@ -275,15 +240,6 @@ _FINISH: Final = text(
     SELECT outbox_id, event_id FROM queued
     """
 )
-
-
-@dataclass(frozen=True, slots=True)
-class OutgoingEvent:
-    """An event to queue in the outbox, with where it goes and how long it is worth sending."""
-
-    event: Event
-    routing_key: str
-    ttl_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,24 +316,6 @@ def apply_params(writes: Sequence[PlannedWrite], positions: Sequence[int]) -> di
                     "tool_call_id": writes[position].tool_call_id,
                 }
                 for position in positions
-            ]
-        ).decode()
-    }
-
-
-def events_params(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> dict[str, str]:
-    return {
-        "events": orjson.dumps(
-            [
-                {
-                    "event_id": str(outgoing.event.event_id),
-                    "event_type": outgoing.event.event_type,
-                    "routing_key": outgoing.routing_key,
-                    "correlation_id": outgoing.event.correlation_id,
-                    "body": body.decode(),
-                    "ttl_ms": outgoing.ttl_ms,
-                }
-                for outgoing, body in zip(events, bodies, strict=True)
             ]
         ).decode()
     }
@@ -509,7 +447,7 @@ class ToolCallTransaction:
         self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
         """Stores the results for idempotency and queues the events, in this transaction."""
-        return await _queue(self._connection, _FINISH, events, **answers_params(answers))
+        return await insert_events(self._connection, _FINISH, events, **answers_params(answers))
 
 
 def answers_params(answers: Sequence[Answer]) -> dict[str, str]:
@@ -540,36 +478,6 @@ def _without_nul(value: Any) -> Any:
     return value
 
 
-async def queue_events(
-    connection: AsyncConnection, events: Sequence[OutgoingEvent]
-) -> list[OutboxRow]:
-    """Queues events in the outbox inside the caller's transaction."""
-    return await _queue(connection, _QUEUE, events)
-
-
-async def _queue(
-    connection: AsyncConnection,
-    statement: TextClause,
-    events: Sequence[OutgoingEvent],
-    **params: Any,
-) -> list[OutboxRow]:
-    bodies = [encode_event(outgoing.event) for outgoing in events]
-    rows = await connection.execute(statement, {**events_params(events, bodies), **params})
-    ids = {row.event_id: row.outbox_id for row in rows}
-    return [
-        OutboxRow(
-            outbox_id=ids[outgoing.event.event_id],
-            event_id=outgoing.event.event_id,
-            event_type=outgoing.event.event_type,
-            routing_key=outgoing.routing_key,
-            correlation_id=outgoing.event.correlation_id,
-            body=body,
-            ttl_ms=outgoing.ttl_ms,
-        )
-        for outgoing, body in zip(events, bodies, strict=True)
-    ]
-
-
 class MemoryStore:
     """The database of the pipeline: hands out one transaction per tool call."""
 
@@ -584,248 +492,3 @@ class MemoryStore:
 
     async def close(self) -> None:
         await self.engine.dispose()
-
-
-_UNPUBLISHED: Final = text(
-    """
-    SELECT outbox_id, event_id, event_type, routing_key, correlation_id, body,
-           CASE WHEN ttl_ms IS NULL THEN NULL
-                ELSE ttl_ms - (extract(epoch FROM now() - created_at) * 1000)::integer
-           END AS ttl_ms
-    FROM outbox
-    WHERE published_at IS NULL AND created_at < now() - make_interval(secs => :min_age_s)
-    ORDER BY outbox_id
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-    """
-)
-
-_MARK_PUBLISHED: Final = text(
-    "UPDATE outbox SET published_at = now() WHERE outbox_id = ANY(:outbox_ids)"
-)
-
-_PURGE_PUBLISHED: Final = text(
-    """
-    DELETE FROM outbox
-    WHERE published_at IS NOT NULL AND published_at < now() - make_interval(secs => :age_s)
-    """
-)
-
-_BACKLOG: Final = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-
-
-class OutboxStore:
-    """The outbox's rows: marked published after the broker's confirm, swept after a crash."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-
-    async def mark_published(self, outbox_ids: Sequence[int]) -> None:
-        if not outbox_ids:
-            return
-        async with self.engine.begin() as connection:
-            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
-
-    @asynccontextmanager
-    async def unpublished(
-        self, *, limit: int, min_age_s: float
-    ) -> AsyncIterator[tuple[list[OutboxRow], AsyncConnection]]:
-        """Locks a batch of rows left unpublished; the caller publishes, then marks them.
-
-        Rows younger than `min_age_s` belong to a worker that is publishing them right now.
-        SKIP LOCKED lets several workers sweep at once without publishing a row twice.
-        `ttl_ms` is what is left of the row's time to live (<= 0: expired).
-        """
-        async with self.engine.begin() as connection:
-            result = await connection.execute(
-                _UNPUBLISHED, {"limit": limit, "min_age_s": min_age_s}
-            )
-            rows = [
-                OutboxRow(
-                    outbox_id=row.outbox_id,
-                    event_id=row.event_id,
-                    event_type=row.event_type,
-                    routing_key=row.routing_key,
-                    correlation_id=row.correlation_id,
-                    body=bytes(row.body),
-                    ttl_ms=row.ttl_ms,
-                )
-                for row in result
-            ]
-            yield rows, connection
-
-    @staticmethod
-    async def mark_published_in(connection: AsyncConnection, outbox_ids: Sequence[int]) -> None:
-        if outbox_ids:
-            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
-
-    async def purge_published(self, *, age_s: float) -> int:
-        async with self.engine.begin() as connection:
-            result = await connection.execute(_PURGE_PUBLISHED, {"age_s": age_s})
-            return int(result.rowcount or 0)
-
-    async def backlog(self) -> int:
-        async with self.engine.connect() as connection:
-            return int((await connection.execute(_BACKLOG)).scalar_one())
-
-
-@dataclass(frozen=True, slots=True)
-class Revision:
-    revision_id: int
-    scope: str
-    memory_id: int
-    action: str
-    content_before: str
-    content_after: str | None
-    server_id: int | None
-    owner_user_id: int | None
-    persona_lineage_id: int
-    actor_disc_id: str
-    tool_call_id: str
-    occurred_at: Any
-
-
-@dataclass(frozen=True, slots=True)
-class RestoredMemory:
-    """A restore's new revision, with the keys its events need."""
-
-    revision: Revision
-    server_disc_id: str | None
-    owner_disc_id: str | None
-
-
-_HISTORY: Final = text(
-    "SELECT * FROM memory_revisions WHERE memory_id = :memory_id ORDER BY revision_id"
-)
-_REVISION: Final = text("SELECT * FROM memory_revisions WHERE revision_id = :revision_id")
-
-# Writes the content back under the memory's own id, re-creating a deleted row, with a revision
-# of what it replaced; `_CURRENT_CONTENT` locked that row (or found none) just before.
-_CURRENT_CONTENT: Final = {
-    "server_wide": text(
-        "SELECT content FROM server_memories WHERE server_memory_id = :memory_id FOR UPDATE"
-    ),
-    "target_user": text(
-        "SELECT content FROM personal_memories WHERE personal_memory_id = :memory_id FOR UPDATE"
-    ),
-}
-_RESTORE_SERVER_MEMORY: Final = text(
-    f"""
-    WITH restored AS (
-        INSERT INTO server_memories (server_memory_id, server_id, persona_lineage_id, content)
-        VALUES (:memory_id, :server_id, :persona_lineage_id, :content)
-        ON CONFLICT (server_memory_id)
-        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
-        RETURNING server_memory_id
-    ), revision AS (
-        {_REVISION_COLUMNS}
-        SELECT 'server_wide', server_memory_id, 'restored',
-               :content_before, :content, :server_id, NULL,
-               :persona_lineage_id, :actor, :tool_call_id, now()
-        FROM restored
-        RETURNING *
-    )
-    SELECT revision.*, (SELECT server_disc_id FROM servers WHERE server_id = :server_id)
-           AS server_disc_id, NULL AS owner_disc_id
-    FROM revision
-    """
-)
-
-_RESTORE_PERSONAL_MEMORY: Final = text(
-    f"""
-    WITH restored AS (
-        INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
-        VALUES (:memory_id, :owner_user_id, :persona_lineage_id, :content)
-        ON CONFLICT (personal_memory_id)
-        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
-        RETURNING personal_memory_id
-    ), revision AS (
-        {_REVISION_COLUMNS}
-        SELECT 'target_user', personal_memory_id, 'restored',
-               :content_before, :content, :server_id,
-               :owner_user_id, :persona_lineage_id, :actor, :tool_call_id, now()
-        FROM restored
-        RETURNING *
-    )
-    SELECT revision.*,
-           (SELECT server_disc_id FROM servers WHERE server_id = :server_id) AS server_disc_id,
-           (SELECT user_disc_id FROM users WHERE user_id = :owner_user_id) AS owner_disc_id
-    FROM revision
-    """
-)
-
-
-def _revision(row: Any) -> Revision:
-    return Revision(
-        revision_id=row.revision_id,
-        scope=row.scope,
-        memory_id=row.memory_id,
-        action=row.action,
-        content_before=row.content_before,
-        content_after=row.content_after,
-        server_id=row.server_id,
-        owner_user_id=row.owner_user_id,
-        persona_lineage_id=row.persona_lineage_id,
-        actor_disc_id=row.actor_disc_id,
-        tool_call_id=row.tool_call_id,
-        occurred_at=row.occurred_at,
-    )
-
-
-class RevisionStore:
-    """`memory_revisions`: a memory's history, and putting a memory back as it was."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-
-    async def history(self, memory_id: int) -> list[Revision]:
-        async with self.engine.connect() as connection:
-            result = await connection.execute(_HISTORY, {"memory_id": memory_id})
-            return [_revision(row) for row in result]
-
-    @asynccontextmanager
-    async def restoring(
-        self, revision_id: int, *, actor: str, tool_call_id: str
-    ) -> AsyncIterator[tuple[RestoredMemory | None, AsyncConnection]]:
-        """Restores inside a transaction the caller completes (it queues the events first).
-
-        Yields None when the revision does not exist.
-        """
-        async with self.engine.begin() as connection:
-            found = (
-                await connection.execute(_REVISION, {"revision_id": revision_id})
-            ).one_or_none()
-            if found is None:
-                yield None, connection
-                return
-            original = _revision(found)
-            statement = (
-                _RESTORE_SERVER_MEMORY
-                if original.scope == "server_wide"
-                else _RESTORE_PERSONAL_MEMORY
-            )
-            params: dict[str, Any] = {
-                "memory_id": original.memory_id,
-                "server_id": original.server_id,
-                "persona_lineage_id": original.persona_lineage_id,
-                "content": original.content_before,
-                "actor": actor,
-                "tool_call_id": tool_call_id,
-            }
-            if original.scope != "server_wide":
-                params["owner_user_id"] = original.owner_user_id
-            current = (
-                await connection.execute(
-                    _CURRENT_CONTENT[original.scope], {"memory_id": original.memory_id}
-                )
-            ).one_or_none()
-            params["content_before"] = "" if current is None else current.content
-            row = (await connection.execute(statement, params)).one()
-            yield (
-                RestoredMemory(
-                    revision=_revision(row),
-                    server_disc_id=row.server_disc_id,
-                    owner_disc_id=row.owner_disc_id,
-                ),
-                connection,
-            )

@@ -18,15 +18,9 @@ from contracts import (
 from infra.logs import get_logger
 from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
-from worker.adapters.database import (
-    OutboxStore,
-    OutgoingEvent,
-    RestoredMemory,
-    Revision,
-    RevisionStore,
-    create_engine,
-    queue_events,
-)
+from worker.adapters.database import create_engine
+from worker.adapters.outbox import OutboxStore, OutgoingEvent, queue_events
+from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore
 
 __all__ = ["print_history", "restore", "restore_events"]
 

@@ -12,13 +12,8 @@ import pytest
 from contracts import MemoryStatus, ToolCallRequested
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
 from tests.support.world import participant, snowflake
-from worker.adapters.database import (
-    Answer,
-    MemoryStore,
-    OutboxRow,
-    OutgoingEvent,
-    ToolCallTransaction,
-)
+from worker.adapters.database import Answer, MemoryStore, ToolCallTransaction
+from worker.adapters.outbox import OutboxRow, OutgoingEvent
 from worker.service import Processed
 
 

@@ -1,0 +1,197 @@
+"""The outbox: events written in a change's transaction, published after its commit.
+
+Rows are published with confirms right after the commit, marked published, and swept up by
+any worker when a crash or a lost broker left them behind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from contracts import Event, encode_event
+
+__all__ = [
+    "OUTBOX_INSERT",
+    "OutboxRow",
+    "OutboxStore",
+    "OutgoingEvent",
+    "events_params",
+    "insert_events",
+    "queue_events",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    outbox_id: int
+    event_id: uuid.UUID
+    event_type: str
+    routing_key: str
+    correlation_id: str | None
+    body: bytes
+    ttl_ms: int | None
+
+
+# Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
+# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
+
+
+OUTBOX_INSERT: Final = """
+    INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
+    SELECT event_id, event_type, routing_key, correlation_id, convert_to(body, 'UTF8'), ttl_ms
+    FROM json_to_recordset(CAST(:events AS json)) AS e(
+        event_id uuid, event_type text, routing_key text, correlation_id text, body text,
+        ttl_ms integer
+    )
+    RETURNING outbox_id, event_id
+"""
+
+_QUEUE: Final = text(OUTBOX_INSERT)
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingEvent:
+    """An event to queue in the outbox, with where it goes and how long it is worth sending."""
+
+    event: Event
+    routing_key: str
+    ttl_ms: int | None = None
+
+
+def events_params(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> dict[str, str]:
+    return {
+        "events": orjson.dumps(
+            [
+                {
+                    "event_id": str(outgoing.event.event_id),
+                    "event_type": outgoing.event.event_type,
+                    "routing_key": outgoing.routing_key,
+                    "correlation_id": outgoing.event.correlation_id,
+                    "body": body.decode(),
+                    "ttl_ms": outgoing.ttl_ms,
+                }
+                for outgoing, body in zip(events, bodies, strict=True)
+            ]
+        ).decode()
+    }
+
+
+async def queue_events(
+    connection: AsyncConnection, events: Sequence[OutgoingEvent]
+) -> list[OutboxRow]:
+    """Queues events in the outbox inside the caller's transaction."""
+    return await insert_events(connection, _QUEUE, events)
+
+
+async def insert_events(
+    connection: AsyncConnection,
+    statement: TextClause,
+    events: Sequence[OutgoingEvent],
+    **params: Any,
+) -> list[OutboxRow]:
+    bodies = [encode_event(outgoing.event) for outgoing in events]
+    rows = await connection.execute(statement, {**events_params(events, bodies), **params})
+    ids = {row.event_id: row.outbox_id for row in rows}
+    return [
+        OutboxRow(
+            outbox_id=ids[outgoing.event.event_id],
+            event_id=outgoing.event.event_id,
+            event_type=outgoing.event.event_type,
+            routing_key=outgoing.routing_key,
+            correlation_id=outgoing.event.correlation_id,
+            body=body,
+            ttl_ms=outgoing.ttl_ms,
+        )
+        for outgoing, body in zip(events, bodies, strict=True)
+    ]
+
+
+_UNPUBLISHED: Final = text(
+    """
+    SELECT outbox_id, event_id, event_type, routing_key, correlation_id, body,
+           CASE WHEN ttl_ms IS NULL THEN NULL
+                ELSE ttl_ms - (extract(epoch FROM now() - created_at) * 1000)::integer
+           END AS ttl_ms
+    FROM outbox
+    WHERE published_at IS NULL AND created_at < now() - make_interval(secs => :min_age_s)
+    ORDER BY outbox_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+    """
+)
+
+_MARK_PUBLISHED: Final = text(
+    "UPDATE outbox SET published_at = now() WHERE outbox_id = ANY(:outbox_ids)"
+)
+
+_PURGE_PUBLISHED: Final = text(
+    """
+    DELETE FROM outbox
+    WHERE published_at IS NOT NULL AND published_at < now() - make_interval(secs => :age_s)
+    """
+)
+
+_BACKLOG: Final = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+
+
+class OutboxStore:
+    """The outbox's rows: marked published after the broker's confirm, swept after a crash."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def mark_published(self, outbox_ids: Sequence[int]) -> None:
+        if not outbox_ids:
+            return
+        async with self.engine.begin() as connection:
+            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
+
+    @asynccontextmanager
+    async def unpublished(
+        self, *, limit: int, min_age_s: float
+    ) -> AsyncIterator[tuple[list[OutboxRow], AsyncConnection]]:
+        """Locks a batch of rows left unpublished; the caller publishes, then marks them.
+
+        Rows younger than `min_age_s` belong to a worker that is publishing them right now.
+        SKIP LOCKED lets several workers sweep at once without publishing a row twice.
+        `ttl_ms` is what is left of the row's time to live (<= 0: expired).
+        """
+        async with self.engine.begin() as connection:
+            result = await connection.execute(
+                _UNPUBLISHED, {"limit": limit, "min_age_s": min_age_s}
+            )
+            rows = [
+                OutboxRow(
+                    outbox_id=row.outbox_id,
+                    event_id=row.event_id,
+                    event_type=row.event_type,
+                    routing_key=row.routing_key,
+                    correlation_id=row.correlation_id,
+                    body=bytes(row.body),
+                    ttl_ms=row.ttl_ms,
+                )
+                for row in result
+            ]
+            yield rows, connection
+
+    @staticmethod
+    async def mark_published_in(connection: AsyncConnection, outbox_ids: Sequence[int]) -> None:
+        if outbox_ids:
+            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
+
+    async def purge_published(self, *, age_s: float) -> int:
+        async with self.engine.begin() as connection:
+            result = await connection.execute(_PURGE_PUBLISHED, {"age_s": age_s})
+            return int(result.rowcount or 0)
+
+    async def backlog(self) -> int:
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(_BACKLOG)).scalar_one())

@@ -1,0 +1,181 @@
+"""`memory_revisions`: the history of every memory, and putting a memory back as it was."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+__all__ = ["REVISION_INSERT", "RestoredMemory", "Revision", "RevisionStore"]
+
+REVISION_INSERT: Final = """
+    INSERT INTO memory_revisions
+        (scope, memory_id, action, content_before, content_after, server_id, owner_user_id,
+         persona_lineage_id, actor_disc_id, tool_call_id, occurred_at)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    revision_id: int
+    scope: str
+    memory_id: int
+    action: str
+    content_before: str
+    content_after: str | None
+    server_id: int | None
+    owner_user_id: int | None
+    persona_lineage_id: int
+    actor_disc_id: str
+    tool_call_id: str
+    occurred_at: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredMemory:
+    """A restore's new revision, with the keys its events need."""
+
+    revision: Revision
+    server_disc_id: str | None
+    owner_disc_id: str | None
+
+
+_HISTORY: Final = text(
+    "SELECT * FROM memory_revisions WHERE memory_id = :memory_id ORDER BY revision_id"
+)
+_REVISION: Final = text("SELECT * FROM memory_revisions WHERE revision_id = :revision_id")
+
+# Writes the content back under the memory's own id, re-creating a deleted row, with a revision
+# of what it replaced; `_CURRENT_CONTENT` locked that row (or found none) just before.
+_CURRENT_CONTENT: Final = {
+    "server_wide": text(
+        "SELECT content FROM server_memories WHERE server_memory_id = :memory_id FOR UPDATE"
+    ),
+    "target_user": text(
+        "SELECT content FROM personal_memories WHERE personal_memory_id = :memory_id FOR UPDATE"
+    ),
+}
+_RESTORE_SERVER_MEMORY: Final = text(
+    f"""
+    WITH restored AS (
+        INSERT INTO server_memories (server_memory_id, server_id, persona_lineage_id, content)
+        VALUES (:memory_id, :server_id, :persona_lineage_id, :content)
+        ON CONFLICT (server_memory_id)
+        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
+        RETURNING server_memory_id
+    ), revision AS (
+        {REVISION_INSERT}
+        SELECT 'server_wide', server_memory_id, 'restored',
+               :content_before, :content, :server_id, NULL,
+               :persona_lineage_id, :actor, :tool_call_id, now()
+        FROM restored
+        RETURNING *
+    )
+    SELECT revision.*, (SELECT server_disc_id FROM servers WHERE server_id = :server_id)
+           AS server_disc_id, NULL AS owner_disc_id
+    FROM revision
+    """
+)
+
+_RESTORE_PERSONAL_MEMORY: Final = text(
+    f"""
+    WITH restored AS (
+        INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
+        VALUES (:memory_id, :owner_user_id, :persona_lineage_id, :content)
+        ON CONFLICT (personal_memory_id)
+        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
+        RETURNING personal_memory_id
+    ), revision AS (
+        {REVISION_INSERT}
+        SELECT 'target_user', personal_memory_id, 'restored',
+               :content_before, :content, :server_id,
+               :owner_user_id, :persona_lineage_id, :actor, :tool_call_id, now()
+        FROM restored
+        RETURNING *
+    )
+    SELECT revision.*,
+           (SELECT server_disc_id FROM servers WHERE server_id = :server_id) AS server_disc_id,
+           (SELECT user_disc_id FROM users WHERE user_id = :owner_user_id) AS owner_disc_id
+    FROM revision
+    """
+)
+
+
+def _revision(row: Any) -> Revision:
+    return Revision(
+        revision_id=row.revision_id,
+        scope=row.scope,
+        memory_id=row.memory_id,
+        action=row.action,
+        content_before=row.content_before,
+        content_after=row.content_after,
+        server_id=row.server_id,
+        owner_user_id=row.owner_user_id,
+        persona_lineage_id=row.persona_lineage_id,
+        actor_disc_id=row.actor_disc_id,
+        tool_call_id=row.tool_call_id,
+        occurred_at=row.occurred_at,
+    )
+
+
+class RevisionStore:
+    """`memory_revisions`: a memory's history, and putting a memory back as it was."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def history(self, memory_id: int) -> list[Revision]:
+        async with self.engine.connect() as connection:
+            result = await connection.execute(_HISTORY, {"memory_id": memory_id})
+            return [_revision(row) for row in result]
+
+    @asynccontextmanager
+    async def restoring(
+        self, revision_id: int, *, actor: str, tool_call_id: str
+    ) -> AsyncIterator[tuple[RestoredMemory | None, AsyncConnection]]:
+        """Restores inside a transaction the caller completes (it queues the events first).
+
+        Yields None when the revision does not exist.
+        """
+        async with self.engine.begin() as connection:
+            found = (
+                await connection.execute(_REVISION, {"revision_id": revision_id})
+            ).one_or_none()
+            if found is None:
+                yield None, connection
+                return
+            original = _revision(found)
+            statement = (
+                _RESTORE_SERVER_MEMORY
+                if original.scope == "server_wide"
+                else _RESTORE_PERSONAL_MEMORY
+            )
+            params: dict[str, Any] = {
+                "memory_id": original.memory_id,
+                "server_id": original.server_id,
+                "persona_lineage_id": original.persona_lineage_id,
+                "content": original.content_before,
+                "actor": actor,
+                "tool_call_id": tool_call_id,
+            }
+            if original.scope != "server_wide":
+                params["owner_user_id"] = original.owner_user_id
+            current = (
+                await connection.execute(
+                    _CURRENT_CONTENT[original.scope], {"memory_id": original.memory_id}
+                )
+            ).one_or_none()
+            params["content_before"] = "" if current is None else current.content
+            row = (await connection.execute(statement, params)).one()
+            yield (
+                RestoredMemory(
+                    revision=_revision(row),
+                    server_disc_id=row.server_disc_id,
+                    owner_disc_id=row.owner_disc_id,
+                ),
+                connection,
+            )
