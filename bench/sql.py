@@ -4,9 +4,9 @@ The text is imported from `worker.adapters.database` (`_CLAIM`, `_APPLY`, `_FINI
 `worker.adapters.outbox` (`_MARK_PUBLISHED`), and compiled once with SQLAlchemy's psycopg
 dialect (`:name` → `%(name)s`), so the bench runs exactly the statements the worker runs.
 Their parameters come from the worker's own builders (`claim_params`, `apply_params`,
-`events_params`, `answers_params`) over the worker's own objects (`ToolCallRequested`, `PlannedWrite`,
-`OutgoingEvent`, `Answer`): each batch travels as one JSON parameter, and a single call is a
-batch of one. The helpers here only put those builders together the way
+`events_params`, `answers_params`) over the worker's own objects (`ToolCallRequested`,
+`PlannedWrite`, `OutgoingEvent`, `Answer`): each batch travels as one JSON parameter, and a
+single call is a batch of one. The helpers here only put those builders together the way
 `ToolCallTransaction` does.
 
 If the worker renames a statement or a builder, importing this module fails; if a statement

@@ -1,0 +1,172 @@
+"""Operating the running system: a poisoned call replayed once fixed, a replay of an applied
+call, and the audit stream of a run, with a real worker."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import aio_pika
+import psycopg
+from aio_pika.abc import AbstractChannel
+
+from contracts import (
+    EmbedRequested,
+    MemoryStatus,
+    MemoryUpdated,
+    ToolCallCompleted,
+    Topology,
+    amqp_properties,
+    encode_event,
+)
+from infra.settings import Settings
+from tests.e2e.conftest import new_worker
+from tests.e2e.test_worker_faults import _refuse_connections
+from tests.support.broker import publish_tool_call, tap_events
+from tests.support.services import TestServices
+from tests.support.world import World, snowflake, tool_call
+from worker.ops.audit_stream import tail_audit
+from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
+
+
+async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_once(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "before")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
+    )
+    name = str(psycopg.conninfo.conninfo_to_dict(settings.database_url)["dbname"])
+    admin = settings.database_url.rsplit("/", 1)[0] + "/postgres"
+    with new_worker(services, tmp_path, "operated", LTM_DB_RETRY_SECONDS="1") as worker:
+        worker.wait_ready()
+        async with (
+            tap_events(channel, topology.events_exchange) as events,
+            tap_events(channel, topology.dead_letter_exchange) as dead,
+        ):
+            _refuse_connections(admin, name, refuse=True)
+            try:
+                await publish_tool_call(channel, topology, call)
+                [failed] = await events.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+                await dead.wait_until(
+                    lambda t: any(
+                        d.properties["message_id"] == str(call.event_id) for d in t.deliveries
+                    ),
+                    what="the poisoned call dead-lettered",
+                )
+            finally:
+                _refuse_connections(admin, name, refuse=False)
+            assert failed.status is MemoryStatus.DB_ERROR
+
+            listing = io.StringIO()
+            assert await list_dead_letters(settings, out=listing, err=io.StringIO()) == 0
+            assert str(call.event_id) in listing.getvalue()
+            assert "database unavailable" in listing.getvalue()
+
+            replayed = io.StringIO()
+            code = await replay_dead_letters(
+                settings, event_id=str(call.event_id), out=replayed, err=replayed
+            )
+            assert code == 0, replayed.getvalue()
+            answers = await events.wait_for(ToolCallCompleted, 2, tool_call_id=call.tool_call_id)
+            await events.wait_for(EmbedRequested, tool_call_id=call.tool_call_id)
+
+    assert answers[1].status is MemoryStatus.UPDATED
+    assert await world.content(memory_id) == "after"
+    assert len(await world.revisions_of_call(call.tool_call_id)) == 1
+    after = io.StringIO()
+    await list_dead_letters(settings, out=after, err=io.StringIO())
+    assert str(call.event_id) not in after.getvalue()
+
+
+async def test_replaying_an_applied_call_changes_nothing(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "before")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
+    )
+    with new_worker(services, tmp_path, "replayed") as worker:
+        worker.wait_ready()
+        async with tap_events(channel, topology.events_exchange) as events:
+            await publish_tool_call(channel, topology, call)
+            [first] = await events.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+            await events.wait_for(EmbedRequested, tool_call_id=call.tool_call_id)
+            # A copy of the applied call in the dead-letter queue, as a crash could leave one.
+            dead_letter = await channel.get_exchange(topology.dead_letter_exchange)
+            properties = amqp_properties(call)
+            properties["headers"] = {**properties["headers"], "x-ltm-error": "test: a stale copy"}
+            await dead_letter.publish(
+                aio_pika.Message(encode_event(call), **properties), routing_key=call.tool_name
+            )
+            out = io.StringIO()
+            assert (
+                await replay_dead_letters(settings, event_id=str(call.event_id), out=out, err=out)
+                == 0
+            )
+            first_again, second = await events.wait_for(
+                ToolCallCompleted, 2, tool_call_id=call.tool_call_id
+            )
+    assert first_again == first
+    assert (second.status, second.message, second.data) == (first.status, first.message, first.data)
+    assert len(events.events(EmbedRequested, tool_call_id=call.tool_call_id)) == 1
+    assert len(await world.revisions(memory_id)) == 1
+    assert await world.content(memory_id) == "after"
+
+
+async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "v0")
+    calls = [
+        tool_call(
+            persona, {"memory_id": memory_id, "memory_content": f"v{n}"}, triggerer_id=snowflake()
+        )
+        for n in range(1, 6)
+    ]
+    with new_worker(services, tmp_path, "audited") as worker:
+        worker.wait_ready()
+        async with tap_events(channel, topology.events_exchange, ["memory.#"]) as audit:
+            for call in calls:  # one after the other: the order of the run is known
+                await publish_tool_call(channel, topology, call)
+                await audit.wait_for(MemoryUpdated, tool_call_id=call.tool_call_id)
+
+    out = io.StringIO()
+    assert await tail_audit(settings, "first", as_json=True, out=out, err=io.StringIO()) == 0
+    ours = {call.tool_call_id for call in calls}
+    printed = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
+    # The stream holds every event of the run; the audit trail is its memory.* events.
+    assert {"tool_call.completed", "embed.requested", "cache.invalidate"} <= {
+        event["event_type"] for event in printed if event.get("tool_call_id") in ours
+    }
+    tailed = [
+        event
+        for event in printed
+        if event.get("tool_call_id") in ours and event["event_type"] == "memory.updated"
+    ]
+    assert [event["tool_call_id"] for event in tailed] == [call.tool_call_id for call in calls]
+    assert [event["content_after"] for event in tailed] == ["v1", "v2", "v3", "v4", "v5"]
+    revisions = await world.revisions(memory_id)
+    assert [event["revision_id"] for event in tailed] == [r["revision_id"] for r in revisions]
