@@ -52,7 +52,6 @@ import aiormq
 import hikari
 import psycopg
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from contracts import (
@@ -74,7 +73,7 @@ from infra.settings import Settings
 from infra.topology import declare_topology
 from tests.support.fake_discord import FakeDiscord
 from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, rabbitmqctl, test_services
+from tests.support.services import TestServices, rabbitmqctl, refuse_connections, test_services
 from worker.ops.dead_letters import inspect_dead_letters, replay_dead_letters
 
 __all__ = ["ChaosReport", "DbFault", "main", "run_chaos"]
@@ -781,14 +780,6 @@ class WorkerSlot:
 # -- faults --------------------------------------------------------------------------------
 
 
-def _admin_url(database_url: str) -> str:
-    return psycopg.conninfo.make_conninfo(database_url, dbname="postgres")
-
-
-def _database_name(database_url: str) -> str:
-    return str(psycopg.conninfo.conninfo_to_dict(database_url)["dbname"])
-
-
 async def _database_answers(database_url: str) -> bool:
     try:
         async with await psycopg.AsyncConnection.connect(database_url, connect_timeout=2) as c:
@@ -826,27 +817,11 @@ async def database_fault(
             timeout=120,
         )
     elif kind == "outage":
-        name = _database_name(database_url)
-
-        def refuse(refused: bool) -> None:
-            with psycopg.connect(_admin_url(database_url), autocommit=True) as connection:
-                connection.execute(
-                    sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
-                        sql.Identifier(name), sql.SQL("false" if refused else "true")
-                    )
-                )
-                if refused:
-                    connection.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                        " WHERE datname = %s AND pid <> pg_backend_pid()",
-                        (name,),
-                    )
-
-        await asyncio.to_thread(refuse, True)
+        await asyncio.to_thread(refuse_connections, database_url, refuse=True)
         try:
             await asyncio.sleep(outage_s)  # the outage itself: its length is the fault
         finally:
-            await asyncio.to_thread(refuse, False)
+            await asyncio.to_thread(refuse_connections, database_url, refuse=False)
     if kind != "none" and not await _wait_for(lambda: _database_answers(database_url), timeout=60):
         raise RuntimeError("the database did not come back after the fault")
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import aio_pika
-import psycopg
 from aio_pika.abc import AbstractChannel
 
 from contracts import (
@@ -22,9 +21,8 @@ from contracts import (
 )
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.e2e.test_worker_faults import _refuse_connections
 from tests.support.broker import publish_tool_call, tap_events
-from tests.support.services import TestServices
+from tests.support.services import TestServices, refuse_connections
 from tests.support.world import World, snowflake, tool_call
 from worker.ops.audit_stream import tail_audit
 from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
@@ -44,15 +42,13 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
     call = tool_call(
         persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
     )
-    name = str(psycopg.conninfo.conninfo_to_dict(settings.database_url)["dbname"])
-    admin = settings.database_url.rsplit("/", 1)[0] + "/postgres"
     with new_worker(services, tmp_path, "operated", LTM_DB_RETRY_SECONDS="1") as worker:
         worker.wait_ready()
         async with (
             tap_events(channel, topology.events_exchange) as events,
             tap_events(channel, topology.dead_letter_exchange) as dead,
         ):
-            _refuse_connections(admin, name, refuse=True)
+            refuse_connections(settings.database_url, refuse=True)
             try:
                 await publish_tool_call(channel, topology, call)
                 [failed] = await events.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
@@ -63,7 +59,7 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
                     what="the poisoned call dead-lettered",
                 )
             finally:
-                _refuse_connections(admin, name, refuse=False)
+                refuse_connections(settings.database_url, refuse=False)
             assert failed.status is MemoryStatus.DB_ERROR
 
             listing = io.StringIO()

@@ -7,10 +7,8 @@ import functools
 from pathlib import Path
 
 import aio_pika
-import psycopg
 import pytest
 from aio_pika.abc import AbstractChannel
-from psycopg import sql
 
 from contracts import (
     CacheInvalidate,
@@ -25,7 +23,7 @@ from infra.settings import Settings
 from tests.e2e.conftest import new_worker
 from tests.support.broker import EventTap, publish_tool_call, queue_depth, tap_events
 from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, rabbitmqctl
+from tests.support.services import TestServices, rabbitmqctl, refuse_connections
 from tests.support.waiting import eventually
 from tests.support.world import Persona, World, snowflake, tool_call
 
@@ -181,15 +179,13 @@ async def test_database_unreachable_answers_db_error_and_dead_letters(
     persona = await world.persona(server)
     [memory_id] = await _memories(world, persona, 1)
     [call] = _updates(persona, [memory_id], 1)
-    name = psycopg.conninfo.conninfo_to_dict(settings.database_url)["dbname"]
-    admin = settings.database_url.rsplit("/", 1)[0] + "/postgres"
     with new_worker(services, tmp_path, "stranded", LTM_DB_RETRY_SECONDS="1") as worker:
         worker.wait_ready()
         async with (
             tap_events(channel, topology.events_exchange, ["result.#"]) as results,
             tap_events(channel, topology.dead_letter_exchange) as dead,
         ):
-            _refuse_connections(admin, str(name), refuse=True)
+            refuse_connections(settings.database_url, refuse=True)
             try:
                 await publish_tool_call(channel, topology, call)
                 [result] = await results.wait_for(
@@ -202,28 +198,12 @@ async def test_database_unreachable_answers_db_error_and_dead_letters(
                     what="the dead-lettered call",
                 )
             finally:
-                _refuse_connections(admin, str(name), refuse=False)
+                refuse_connections(settings.database_url, refuse=False)
     assert result.status is MemoryStatus.DB_ERROR and not result.success
     [copy] = [d for d in dead.deliveries if d.properties["correlation_id"] == call.tool_call_id]
     assert "database unavailable" in str(copy.headers["x-ltm-error"])
     assert await world.content(memory_id) == "memory 0 v0"
     assert await world.inbox(call.tool_call_id) is None
-
-
-def _refuse_connections(admin_url: str, database: str, *, refuse: bool) -> None:
-    """Closes the database to new connections and ends the open ones: a database gone away."""
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
-                sql.Identifier(database), sql.SQL("false" if refuse else "true")
-            )
-        )
-        if refuse:
-            connection.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database,),
-            )
 
 
 async def test_sigterm_drains_in_flight_calls_and_exits_zero(

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from infra.database import drop_database, migrate
 
-__all__ = ["TestServices", "rabbitmqctl", "test_services"]
+__all__ = ["TestServices", "rabbitmqctl", "refuse_connections", "test_services"]
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -137,3 +138,23 @@ def test_services() -> Iterator[TestServices]:
             amqp_prefix=f"ltmt{run_id}",
             vhost=vhost,
         )
+
+
+def refuse_connections(database_url: str, *, refuse: bool) -> None:
+    """Closes the database to new connections and ends the open ones (a database gone away),
+    or opens it again. Only this database: others on the server are untouched."""
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    name = str(info["dbname"])
+    info["dbname"] = "postgres"
+    with psycopg.connect(psycopg.conninfo.make_conninfo("", **info), autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(name), sql.SQL("false" if refuse else "true")
+            )
+        )
+        if refuse:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )

@@ -172,13 +172,6 @@ def tool_call_completed(
     )
 
 
-async def queue_depth(channel: AbstractChannel, name: str) -> int:
-    """Ready messages (not those delivered and unacknowledged)."""
-    queue = await channel.declare_queue(name, passive=True)
-    result = queue.declaration_result
-    return int(result.message_count or 0)
-
-
 async def until(condition: Callable[[], bool], *, what: str, timeout: float = 15.0) -> None:
     """Waits (with a deadline) until `condition()` holds."""
 

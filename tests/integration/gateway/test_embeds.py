@@ -17,9 +17,9 @@ from tests.integration.gateway.conftest import (
     embed_requested,
     fresh_shard,
     publish_embed,
-    queue_depth,
     until,
 )
+from tests.support.broker import queue_depth
 from tests.support.fake_discord import FakeDiscord, Reply
 
 

@@ -25,11 +25,11 @@ from tests.integration.gateway.conftest import (
     fresh_shard,
     publish,
     publish_embed,
-    queue_depth,
     until,
     until_async,
 )
 from tests.support import services as support
+from tests.support.broker import queue_depth
 from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
 
 
