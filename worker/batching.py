@@ -122,8 +122,11 @@ def _fail(waiting: _Waiting[Call, Result], error: BaseException) -> None:
 class GroupCommit:
     """Many callers' ids, one `flush` call for all that arrived while the last one ran."""
 
-    def __init__(self, flush: Callable[[list[int]], Awaitable[None]]) -> None:
+    def __init__(
+        self, flush: Callable[[list[int]], Awaitable[None]], *, linger_s: float = 0.0
+    ) -> None:
         self._flush = flush
+        self._linger_s = linger_s
         self._pending: list[int] = []
         self._next: asyncio.Future[None] | None = None
         self._running = False
@@ -143,6 +146,9 @@ class GroupCommit:
     async def _drain(self) -> None:
         try:
             while self._pending:
+                if self._linger_s:
+                    # Callers finishing just after this one share its flush.
+                    await asyncio.sleep(self._linger_s)
                 ids, self._pending = self._pending, []
                 done, self._next = self._next, None
                 assert done is not None
