@@ -144,3 +144,16 @@ async def test_group_commit_reports_a_failed_flush_to_its_callers() -> None:
     group = GroupCommit(flush)
     with pytest.raises(Broken):
         await group.submit([1, 2])
+
+
+async def test_group_commit_lingers_so_that_callers_just_after_share_the_flush() -> None:
+    flushed: list[list[int]] = []
+
+    async def flush(ids: list[int]) -> None:
+        flushed.append(ids)
+
+    group = GroupCommit(flush, linger_s=0.02)
+    first = asyncio.create_task(group.submit([1]))
+    await asyncio.sleep(0.005)  # inside the linger: the flush has not started
+    await asyncio.gather(first, group.submit([2]))
+    assert flushed == [[1, 2]]
