@@ -152,8 +152,9 @@ async def test_group_commit_lingers_so_that_callers_just_after_share_the_flush()
     async def flush(ids: list[int]) -> None:
         flushed.append(ids)
 
-    group = GroupCommit(flush, linger_s=0.02)
+    group = GroupCommit(flush, linger_s=0.2)
     first = asyncio.create_task(group.submit([1]))
-    await asyncio.sleep(0.005)  # inside the linger: the flush has not started
+    await asyncio.sleep(0)  # the flush is under way, lingering
+    assert flushed == []
     await asyncio.gather(first, group.submit([2]))
     assert flushed == [[1, 2]]
