@@ -1,7 +1,7 @@
-"""The pipeline of one tool call: the core's decisions over the facts the database gives.
+"""The pipeline of tool calls: the core's decisions over the facts the database gives.
 
-Runs inside one transaction (`ToolCallTransaction`); what it returns is committed by the
-caller, then published. Steps and their order are BEHAVIOUR.md's "The sequence".
+A batch of calls runs inside one transaction (`ToolCallTransaction`); what it returns is
+committed by the caller, then published. Steps and their order are BEHAVIOUR.md's "The sequence".
 """
 
 from __future__ import annotations
@@ -84,17 +84,13 @@ def answer(
 
 def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallCompleted:
     # Routed as the original call was, so that a bot still waiting for it gets its answer.
-    return ToolCallCompleted(
-        causation_id=call.event_id,
-        tool_call_id=call.tool_call_id,
-        tool_name=stored.tool_name,
-        guild_id=stored.guild_id,
-        channel_id=stored.channel_id,
-        shard_id=stored.shard_id,
-        success=stored.status.success,
-        status=stored.status,
-        message=stored.message,
-        data=stored.data,
+    return answer(call, stored.status, stored.message, stored.data).model_copy(
+        update={
+            "tool_name": stored.tool_name,
+            "guild_id": stored.guild_id,
+            "channel_id": stored.channel_id,
+            "shard_id": stored.shard_id,
+        }
     )
 
 
@@ -110,13 +106,10 @@ class _Planned:
 
 @dataclass(frozen=True, slots=True)
 class _Committed:
-    """A write the database performed, with what the events need to describe it."""
+    """A planned write the database performed."""
 
-    write: MemoryWrite
+    planned: _Planned
     written: WrittenMemory
-    state: ServerState
-    directory: list[DirectoryMember]
-    owner: StoredUser | None
 
 
 async def process_tool_call(
@@ -172,9 +165,7 @@ async def process_tool_calls(
             in_other_scope = await tx.in_other_scope(decision.write, participant_ids=participants)
             outcomes[position] = not_found(decision.write, in_other_scope=in_other_scope)
         else:
-            outcomes[position] = _Committed(
-                decision.write, memory, decision.state, decision.directory, decision.owner
-            )
+            outcomes[position] = _Committed(decision, memory)
 
     results: dict[int, ToolCallCompleted] = {}
     answers: list[Answer] = []
@@ -186,7 +177,7 @@ async def process_tool_calls(
             result = answer(call, outcome.status, outcome.message, outcome.data)
             own = [OutgoingEvent(result, result_routing_key(call.context.shard_id), reply_ttl_ms)]
         else:
-            status, message, data = success(outcome.write, outcome.written)
+            status, message, data = success(outcome.planned.write, outcome.written)
             result = answer(call, status, message, data)
             own = _events_of(call, result, outcome, reply_ttl_ms)
         results[position] = result
@@ -260,9 +251,10 @@ def _events_of(
 ) -> list[OutgoingEvent]:
     """The result, the embed, one cache invalidation and one audit event (BEHAVIOUR.md step 9)."""
     context = call.context
-    write, written, state = committed.write, committed.written, committed.state
+    planned, written = committed.planned, committed.written
+    write, state = planned.write, planned.state
     owner_name = (
-        name_of(write.owner_disc_id, context.participants, committed.directory)
+        name_of(write.owner_disc_id, context.participants, planned.directory)
         if write.owner_disc_id is not None
         else None
     )
@@ -277,27 +269,19 @@ def _events_of(
             write,
             written,
             persona_nickname=state.persona_nickname,
-            triggerer_name=name_of(context.triggerer_id, context.participants, committed.directory),
+            triggerer_name=name_of(context.triggerer_id, context.participants, planned.directory),
             owner_name=owner_name,
             personal_memories_enabled=state.personal_memories_enabled,
-            owner_blacklisted=committed.owner.blacklisted_here if committed.owner else False,
+            owner_blacklisted=planned.owner.blacklisted_here if planned.owner else False,
         ),
     )
-    if write.scope == "server_wide":
-        invalidation = CacheInvalidate(
-            causation_id=call.event_id,
-            cache="persona_state",
-            key=context.server_disc_id,
-            tool_call_id=call.tool_call_id,
-        )
-    else:
-        assert write.owner_disc_id is not None
-        invalidation = CacheInvalidate(
-            causation_id=call.event_id,
-            cache="user",
-            key=write.owner_disc_id,
-            tool_call_id=call.tool_call_id,
-        )
+    # A server memory lives in the server's persona state; a personal one in its owner's.
+    invalidation = CacheInvalidate(
+        causation_id=call.event_id,
+        cache="persona_state" if write.owner_disc_id is None else "user",
+        key=write.owner_disc_id or context.server_disc_id,
+        tool_call_id=call.tool_call_id,
+    )
     audit_type = MemoryDeleted if write.is_delete else MemoryUpdated
     audit = audit_type(
         causation_id=call.event_id,

@@ -14,7 +14,7 @@ from typing import Final
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, amqp_properties, encode_event
 from worker.adapters.outbox import OutboxRow
 
 __all__ = ["ATTEMPTS_HEADER", "ERROR_HEADER", "FAILED_AT_HEADER", "EventPublisher"]
@@ -65,15 +65,7 @@ class EventPublisher:
     async def publish_event(self, event: Event, routing_key: str, ttl_ms: int | None) -> None:
         """Straight to the broker, for what the database could not hold (or holds already)."""
         message = aio_pika.Message(
-            encode_event(event),
-            content_type=CONTENT_TYPE,
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            message_id=str(event.event_id),
-            correlation_id=event.correlation_id,
-            type=event.event_type,
-            timestamp=event.occurred_at,
-            headers={"schema_version": event.schema_version},
-            expiration=_expiration(ttl_ms),
+            encode_event(event), **amqp_properties(event), expiration=_expiration(ttl_ms)
         )
         await self._events.publish(message, routing_key, mandatory=False)
 
