@@ -80,6 +80,7 @@ class Worker:
         self.topology = Topology(self.settings.amqp_prefix)
         self._publisher: EventPublisher | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
+        self.metrics.in_flight.set_function(lambda: len(self._in_flight))
         self._consuming = False
         self._stopping = asyncio.Event()
         self._reply_ttl_ms = self.settings.reply_ttl_s * 1000
@@ -181,14 +182,12 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
-        self.metrics.in_flight.inc()
         started = time.perf_counter()
         try:
             with structlog.contextvars.bound_contextvars(event_id=message.message_id):
                 await self._handle(message)
         finally:
             self.metrics.latency.observe(time.perf_counter() - started)
-            self.metrics.in_flight.dec()
             self._in_flight.discard(task)
 
     async def _handle(self, message: AbstractIncomingMessage) -> None:
