@@ -18,7 +18,7 @@ from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import UPDATE_LONG_TERM_MEMORY, ToolCallRequested
-from contracts.topology import DEFAULT_PREFIX, Topology
+from contracts.topology import DEFAULT_PREFIX, Topology, audit_routing_key, cache_routing_key
 
 __all__ = ["ASYNCAPI_VERSION", "build_document", "main", "render_yaml"]
 
@@ -30,16 +30,15 @@ REPLY_TTL_MS: Final = 900_000  # LTM_REPLY_TTL_S's default
 _SCHEMAS: Final = "#/components/schemas/"
 _MESSAGES: Final = "#/components/messages/"
 
-# The message each event type is known by in the document.
+# The message each event type is known by in the document: its model's name, in the codec's order.
 _MESSAGE_NAMES: Final[dict[type[Event], str]] = {
-    ToolCallRequested: "ToolCallRequested",
-    ToolCallCompleted: "ToolCallCompleted",
-    EmbedRequested: "EmbedRequested",
-    CacheInvalidate: "CacheInvalidate",
-    MemoryUpdated: "MemoryUpdated",
-    MemoryDeleted: "MemoryDeleted",
-    MemoryRestored: "MemoryRestored",
+    model: model.__name__ for model in EVENT_TYPES.values()
 }
+_AUDIT_MODELS: Final = (MemoryUpdated, MemoryDeleted, MemoryRestored)
+# Everything the worker emits on the events exchange (all but the bots' tool calls).
+_EMITTED_MODELS: Final = tuple(
+    model for model in EVENT_TYPES.values() if model is not ToolCallRequested
+)
 
 _SUMMARIES: Final[dict[type[Event], str]] = {
     ToolCallRequested: "A bot shard asks the worker to run one LLM tool call.",
@@ -178,8 +177,6 @@ def _queue_channel(
 
 def _channels(topology: Topology) -> dict[str, Any]:
     shard = {"shardId": {"description": "The bot shard's number (context.shard_id), >= 0."}}
-    audit_models = (MemoryUpdated, MemoryDeleted, MemoryRestored)
-    every_event = tuple(model for model in _MESSAGE_NAMES if model is not ToolCallRequested)
     dead_letters = {"DeadLetteredToolCall": _ref(_MESSAGES + "DeadLetteredToolCall")}
     return {
         "toolCallRequested": {
@@ -203,7 +200,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "bindings": _exchange_binding(topology.events_exchange),
         },
         "cacheInvalidate": {
-            "address": "cache.{cache}.{key}",
+            "address": cache_routing_key("{cache}", "{key}"),
             "description": "Cache invalidations, for every gateway process.",
             "messages": _messages_of(CacheInvalidate),
             "parameters": {
@@ -213,9 +210,9 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "bindings": _exchange_binding(topology.events_exchange),
         },
         "memoryChanged": {
-            "address": "memory.{action}.{scope}",
+            "address": audit_routing_key("{action}", "{scope}"),
             "description": "The audit trail of every change.",
-            "messages": _messages_of(*audit_models),
+            "messages": _messages_of(*_AUDIT_MODELS),
             "parameters": {
                 "action": {"enum": ["updated", "deleted", "restored"]},
                 "scope": {"enum": ["server_wide", "target_user"]},
@@ -283,7 +280,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             topology.audit_stream,
             "Every event the worker emits, kept 30 days, readable from any offset "
             "(`ltm audit tail`).",
-            _messages_of(*every_event),
+            _messages_of(*_EMITTED_MODELS),
             arguments={
                 "x-queue-type": "stream",
                 "x-max-age": "30D",
@@ -320,7 +317,7 @@ def _operations() -> dict[str, Any]:
     persistent = {"deliveryMode": 2, "timestamp": True}
     expiring = {**persistent, "expiration": REPLY_TTL_MS}
     consuming = {"ack": True}
-    audit = ["MemoryUpdated", "MemoryDeleted", "MemoryRestored"]
+    audit = [_MESSAGE_NAMES[model] for model in _AUDIT_MODELS]
     return {
         "requestToolCall": _operation(
             "send",
@@ -392,7 +389,7 @@ def _operations() -> dict[str, Any]:
         "tailAudit": _operation(
             "receive",
             "auditStream",
-            [_MESSAGE_NAMES[model] for model in _MESSAGE_NAMES if model is not ToolCallRequested],
+            [_MESSAGE_NAMES[model] for model in _EMITTED_MODELS],
             "Operators read the stream from an offset (x-stream-offset: first, last, a time).",
             binding=consuming,
         ),

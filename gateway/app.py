@@ -179,8 +179,9 @@ class Gateway:
         return f"{self.topology.prefix}-gateway-{self.instance}"
 
     async def _open(self, connection: AbstractRobustConnection) -> None:
+        # The shards' queues are declared by the shard consumer, on the channel it consumes on.
         declare_channel = await connection.channel()
-        await declare_topology(declare_channel, self.topology, self.shards)
+        await declare_topology(declare_channel, self.topology)
         await declare_channel.close()
 
         publish_channel = await connection.channel(publisher_confirms=True)

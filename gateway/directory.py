@@ -33,7 +33,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import hikari
 from sqlalchemy import (
@@ -172,17 +172,18 @@ class MemberDirectory:
     ) -> int:
         """Inserts or refreshes the members' rows; returns how many rows were written."""
         guild = str(int(guild_id))
-        rows = {row.user_disc_id: row for row in map(member_row, members)}  # last one wins
+        # The last row of a user wins.
+        rows = list({row.user_disc_id: row for row in map(member_row, members)}.values())
         if not rows:
             return 0
         async with self._lock(guild):
             try:
-                return await self._upsert(guild, list(rows.values()))
+                return await self._upsert(guild, rows)
             except IntegrityError:
                 # The cached server row was deleted meanwhile: look it up (or create it) again.
                 if self._server_ids.pop(guild, None) is None:
                     raise
-                return await self._upsert(guild, list(rows.values()))
+                return await self._upsert(guild, rows)
 
     async def _upsert(self, guild: str, rows: list[MemberRow]) -> int:
         async with self._engine.begin() as connection:
@@ -190,17 +191,7 @@ class MemberDirectory:
             for start in range(0, len(rows), _BATCH):
                 batch = rows[start : start + _BATCH]
                 statement = insert(guild_members).values(
-                    [
-                        {
-                            "server_id": server_id,
-                            "user_disc_id": row.user_disc_id,
-                            "display_name": row.display_name,
-                            "global_name": row.global_name,
-                            "username": row.username,
-                            "is_bot": row.is_bot,
-                        }
-                        for row in batch
-                    ]
+                    [{"server_id": server_id, **asdict(row)} for row in batch]
                 )
                 excluded = statement.excluded
                 await connection.execute(
@@ -230,8 +221,8 @@ class MemberDirectory:
         self, guild_id: hikari.Snowflakeish, user_id: hikari.Snowflakeish
     ) -> bool:
         """Deletes the member's row; True when there was one."""
-        guild = str(int(guild_id))
-        self._recent_leaves.set((guild, str(int(user_id))), True)
+        guild, user = str(int(guild_id)), str(int(user_id))
+        self._recent_leaves.set((guild, user), True)
         async with self._lock(guild), self._engine.begin() as connection:
             result = await connection.execute(
                 delete(guild_members).where(
@@ -240,12 +231,12 @@ class MemberDirectory:
                         == select(servers.c.server_id)
                         .where(servers.c.server_disc_id == guild)
                         .scalar_subquery(),
-                        guild_members.c.user_disc_id == str(int(user_id)),
+                        guild_members.c.user_disc_id == user,
                     )
                 )
             )
         removed = bool(result.rowcount)
-        log.debug("directory.removed", guild_id=guild, user_id=str(int(user_id)), removed=removed)
+        log.debug("directory.removed", guild_id=guild, user_id=user, removed=removed)
         return removed
 
     async def keep_only(self, guild_id: hikari.Snowflakeish, user_ids: Iterable[str]) -> int:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
@@ -73,27 +73,19 @@ class _KeyedLocks:
     def __init__(self) -> None:
         self._locks: dict[uuid.UUID, tuple[asyncio.Lock, int]] = {}
 
-    @contextmanager
-    def _reference(self, key: uuid.UUID) -> Iterator[asyncio.Lock]:
+    @asynccontextmanager
+    async def hold(self, key: uuid.UUID) -> AsyncIterator[None]:
         lock, users = self._locks.get(key, (asyncio.Lock(), 0))
         self._locks[key] = (lock, users + 1)
         try:
-            yield lock
+            async with lock:
+                yield
         finally:
             lock, users = self._locks[key]
             if users <= 1:
                 del self._locks[key]
             else:
                 self._locks[key] = (lock, users - 1)
-
-    async def run_locked(self, key: uuid.UUID, handler: _Handler) -> None:
-        with self._reference(key) as lock:
-            async with lock:
-                await handler()
-
-
-class _Handler(Protocol):
-    async def __call__(self) -> None: ...
 
 
 class ShardConsumer:
@@ -179,11 +171,8 @@ class ShardConsumer:
                 )
                 await message.reject(requeue=False)
                 return
-
-            async def handle() -> None:
+            async with self._locks.hold(event.event_id):
                 await self._handle(event, message)
-
-            await self._locks.run_locked(event.event_id, handle)
 
     async def _handle(
         self, event: ToolCallCompleted | EmbedRequested, message: AbstractIncomingMessage

@@ -118,8 +118,7 @@ async def tail_audit(
     connection = await aio_pika.connect(settings.amqp_url)
     try:
         with _stop_on_signals(stop, enabled=on_signals):
-            holds_events = await _holds_events(connection, topology)
-            async with _stream(connection, topology, origin) as deliveries:
+            async with _stream(connection, topology, origin) as (deliveries, holds_events):
                 await tail.run(deliveries, holds_events)
     except ChannelNotFoundEntity:
         print(f"{topology.audit_stream} does not exist: run `ltm topology` first", file=err)
@@ -270,32 +269,25 @@ def _offset(message: AbstractIncomingMessage) -> int:
     return offset if isinstance(offset, int) else -1
 
 
-async def _holds_events(connection: AbstractConnection, topology: Topology) -> bool:
-    """True when the stream surely holds events; its count lags, so False proves nothing."""
-    async with _channel(connection) as channel:
-        stream = await channel.declare_queue(topology.audit_stream, passive=True)
-        return bool(stream.declaration_result.message_count)
-
-
 @asynccontextmanager
 async def _stream(
     connection: AbstractConnection,
     topology: Topology,
     origin: StreamStart,
-    *,
-    prefetch: int = PREFETCH,
-) -> AsyncIterator[asyncio.Queue[AbstractIncomingMessage]]:
-    """Deliveries from `origin`, in stream order. Streams need a prefetch and manual acks."""
+) -> AsyncIterator[tuple[asyncio.Queue[AbstractIncomingMessage], bool]]:
+    """Deliveries from `origin`, in stream order, and whether the stream surely holds events
+    (its count lags, so False proves nothing). Streams need a prefetch and manual acks."""
     async with _channel(connection) as channel:
-        await channel.set_qos(prefetch_count=prefetch)
+        await channel.set_qos(prefetch_count=PREFETCH)
         stream = await channel.declare_queue(topology.audit_stream, passive=True)
+        holds_events = bool(stream.declaration_result.message_count)
         deliveries: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
 
         async def on_message(message: AbstractIncomingMessage) -> None:
             deliveries.put_nowait(message)  # no await before: arrival order is kept
 
         await stream.consume(on_message, arguments={"x-stream-offset": origin})
-        yield deliveries
+        yield deliveries, holds_events
 
 
 @asynccontextmanager

@@ -278,14 +278,8 @@ class _Replayer:
             print(f"{self.topology.dead_letter_queue} is empty", file=self.out)
             return 0
         results: list[asyncio.Task[bool]] = []
-        async with (
-            _deliveries(queue, prefetch=min(total, REPLAY_WINDOW)) as deliveries,
-            asyncio.TaskGroup() as replays,
-        ):
-            while len(results) < total:
-                message = await _next(deliveries, DELIVERY_PATIENCE_S)
-                if message is None:
-                    break
+        async with asyncio.TaskGroup() as replays:
+            async for message in _take(queue, total, prefetch=REPLAY_WINDOW):
                 results.append(replays.create_task(self.replay(message)))
         replayed = sum(task.result() for task in results)
         print(f"replayed {replayed} of {len(results)} dead-lettered message(s)", file=self.out)
@@ -314,23 +308,17 @@ class _Replayer:
 async def _hold(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
     """Takes up to `count` messages without acknowledging them; the caller's channel returns
     those it does not ack when it closes."""
+    return [message async for message in _take(queue, count, prefetch=count)]
+
+
+async def _take(
+    queue: AbstractQueue, count: int, *, prefetch: int
+) -> AsyncIterator[AbstractIncomingMessage]:
+    """Up to `count` deliveries, unacknowledged; stops early when one does not come within
+    `DELIVERY_PATIENCE_S`. At most `prefetch` are outstanding unacknowledged at once."""
     if count <= 0:
-        return []
-    held: list[AbstractIncomingMessage] = []
-    async with _deliveries(queue, prefetch=count) as deliveries:
-        while len(held) < count:
-            message = await _next(deliveries, DELIVERY_PATIENCE_S)
-            if message is None:
-                break
-            held.append(message)
-    return held
-
-
-@asynccontextmanager
-async def _deliveries(
-    queue: AbstractQueue, *, prefetch: int
-) -> AsyncIterator[asyncio.Queue[AbstractIncomingMessage]]:
-    await queue.channel.set_qos(prefetch_count=prefetch)
+        return
+    await queue.channel.set_qos(prefetch_count=min(count, prefetch))
     deliveries: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
 
     async def on_message(message: AbstractIncomingMessage) -> None:
@@ -338,19 +326,15 @@ async def _deliveries(
 
     tag = await queue.consume(on_message)
     try:
-        yield deliveries
+        for _ in range(count):
+            try:
+                message = await asyncio.wait_for(deliveries.get(), DELIVERY_PATIENCE_S)
+            except TimeoutError:
+                return
+            yield message
     finally:
         if not queue.channel.is_closed:
             await queue.cancel(tag)
-
-
-async def _next(
-    deliveries: asyncio.Queue[AbstractIncomingMessage], patience: float
-) -> AbstractIncomingMessage | None:
-    try:
-        return await asyncio.wait_for(deliveries.get(), patience)
-    except TimeoutError:
-        return None
 
 
 @asynccontextmanager

@@ -4,7 +4,7 @@ and gateways started against both, each on shards of its own so that tests do no
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from contracts import (
 )
 from gateway import DiscordSender, Gateway, RetryPolicy
 from infra.settings import Settings
+from tests.support.broker import publish_raw
 from tests.support.fake_discord import FakeDiscord, random_snowflake
 from tests.support.waiting import eventually
 
@@ -116,12 +117,13 @@ async def publish(
     expiration_s: int | None = 900,
 ) -> None:
     """As the worker does: persistent, the contract's properties, and an expiration."""
-    exchange = await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
-    await exchange.publish(
-        aio_pika.Message(encode_event(event), **amqp_properties(event), expiration=expiration_s),
-        routing_key=routing_key,
+    await publish_raw(
+        channel,
+        topology.events_exchange,
+        encode_event(event),
+        routing_key,
+        **amqp_properties(event),
+        expiration=expiration_s,
     )
 
 
@@ -179,10 +181,3 @@ async def until(condition: Callable[[], bool], *, what: str, timeout: float = 15
         return condition()
 
     await eventually(probe, timeout=timeout, what=what)
-
-
-async def until_async(
-    condition: Callable[[], Awaitable[bool]], *, what: str, timeout: float = 15.0
-) -> None:
-    """Waits (with a deadline) until the awaited `condition()` holds."""
-    await eventually(condition, timeout=timeout, what=what)

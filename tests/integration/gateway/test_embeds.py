@@ -9,7 +9,7 @@ import pytest
 from aio_pika.abc import AbstractChannel
 from structlog.testing import capture_logs
 
-from contracts import Topology
+from contracts import Topology, embed_routing_key
 from gateway import RetryPolicy
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
@@ -19,7 +19,7 @@ from tests.integration.gateway.conftest import (
     publish_embed,
     until,
 )
-from tests.support.broker import queue_depth
+from tests.support.broker import publish_raw, queue_depth
 from tests.support.fake_discord import FakeDiscord, Reply
 
 
@@ -198,19 +198,15 @@ async def test_an_undecodable_message_is_rejected_without_requeue(
     channel: AbstractChannel,
     topology: Topology,
 ) -> None:
-    import aio_pika
-
-    from contracts import embed_routing_key
-
     shard = fresh_shard()
-    exchange = await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
     with capture_logs() as logs:
         async with start_gateway(shards=(shard,)):
-            await exchange.publish(
-                aio_pika.Message(b'{"event_type": "embed.requested"', message_id="broken"),
-                routing_key=embed_routing_key(shard),
+            await publish_raw(
+                channel,
+                topology.events_exchange,
+                b'{"event_type": "embed.requested"',
+                embed_routing_key(shard),
+                message_id="broken",
             )
             await until(
                 lambda: _has(logs, "shard.undecodable", message_id="broken"), what="rejection"

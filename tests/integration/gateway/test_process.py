@@ -26,11 +26,11 @@ from tests.integration.gateway.conftest import (
     publish,
     publish_embed,
     until,
-    until_async,
 )
 from tests.support import services as support
 from tests.support.broker import queue_depth
 from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
+from tests.support.waiting import eventually
 
 
 async def test_console_mode_prints_embeds_without_a_token(
@@ -143,8 +143,9 @@ async def test_the_gateway_recovers_when_the_broker_drops_its_connection(
 
         closed = await asyncio.to_thread(_close_connection, vhost, gateway.connection_name)
         assert closed, "the gateway's connection was not found"
-        await until_async(
+        await eventually(
             lambda: asyncio.to_thread(_has_connection, vhost, gateway.connection_name),
+            timeout=15,
             what="the gateway reconnected",
         )
 

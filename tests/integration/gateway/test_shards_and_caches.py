@@ -18,9 +18,9 @@ from tests.integration.gateway.conftest import (
     publish_result,
     tool_call_completed,
     until,
-    until_async,
 )
 from tests.support.fake_discord import FakeDiscord, random_snowflake
+from tests.support.waiting import eventually
 
 
 async def test_each_instance_gets_only_its_own_shard(
@@ -105,7 +105,7 @@ async def test_the_cache_queue_goes_away_with_its_process(
     async with start_gateway(shards=(fresh_shard(),)) as gateway:
         name = gateway.cache_queue
         assert await _queue_exists(amqp, name)
-    await until_async(lambda: _queue_gone(amqp, name), what="cache queue deleted")
+    await eventually(lambda: _queue_gone(amqp, name), timeout=15, what="cache queue deleted")
 
 
 async def _queue_exists(amqp: AbstractRobustConnection, name: str) -> bool:

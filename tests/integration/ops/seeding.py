@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractQueue
 
 from contracts import (
@@ -19,12 +18,13 @@ from contracts import (
     audit_routing_key,
     encode_event,
 )
+from tests.support.broker import publish_raw, queue_depth
 from tests.support.waiting import eventually
+from worker.adapters.broker import ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [
     "broker_dead_letter",
     "memory_updated",
-    "message_count",
     "publish_event",
     "tool_call",
     "worker_dead_letter",
@@ -64,15 +64,16 @@ def memory_updated(tool_call_id: str, memory_id: int, before: str, after: str) -
     )
 
 
-def _message(event: Event, **extra_headers: Any) -> aio_pika.Message:
+async def _publish(
+    channel: AbstractChannel,
+    exchange: str,
+    event: Event,
+    routing_key: str,
+    **extra_headers: Any,
+) -> None:
     properties = amqp_properties(event)
     properties["headers"] = {**properties["headers"], **extra_headers}
-    return aio_pika.Message(encode_event(event), **properties)
-
-
-async def message_count(channel: AbstractChannel, queue_name: str) -> int:
-    queue = await channel.declare_queue(queue_name, passive=True)
-    return int(queue.declaration_result.message_count or 0)
+    await publish_raw(channel, exchange, encode_event(event), routing_key, **properties)
 
 
 async def worker_dead_letter(
@@ -86,30 +87,30 @@ async def worker_dead_letter(
 ) -> None:
     """As the worker does: the delivery as it came (with the work queue's delivery count),
     plus why and when, to the dead-letter exchange."""
-    exchange = await channel.get_exchange(topology.dead_letter_exchange)
     failed_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    message = _message(
+    await _publish(
+        channel,
+        topology.dead_letter_exchange,
         event,
+        routing_key,
         **{
             "x-delivery-count": delivery_count,
-            "x-ltm-error": reason,
-            "x-ltm-failed-at": failed_at,
+            ERROR_HEADER: reason,
+            FAILED_AT_HEADER: failed_at,
         },
     )
-    await exchange.publish(message, routing_key=routing_key)
 
 
 async def broker_dead_letter(channel: AbstractChannel, topology: Topology, event: Event) -> None:
     """Publishes a call to the work queue and rejects it (requeue) until the quorum queue's
     delivery limit dead-letters it."""
-    before = await message_count(channel, topology.dead_letter_queue)
-    exchange = await channel.get_exchange(topology.tool_calls_exchange)
-    await exchange.publish(_message(event), routing_key=UPDATE_LONG_TERM_MEMORY)
+    before = await queue_depth(channel, topology.dead_letter_queue)
+    await _publish(channel, topology.tool_calls_exchange, event, UPDATE_LONG_TERM_MEMORY)
     work = await channel.declare_queue(topology.worker_queue, passive=True)
 
     async def dead_lettered() -> bool:
         await _reject_one(work)
-        return await message_count(channel, topology.dead_letter_queue) > before
+        return await queue_depth(channel, topology.dead_letter_queue) > before
 
     await eventually(dead_lettered, timeout=30, what="the broker to dead-letter at the limit")
 
@@ -121,5 +122,6 @@ async def _reject_one(work: AbstractQueue) -> None:
 
 
 async def publish_event(channel: AbstractChannel, topology: Topology, event: Event) -> None:
-    exchange = await channel.get_exchange(topology.events_exchange)
-    await exchange.publish(_message(event), routing_key=audit_routing_key("updated", "server_wide"))
+    await _publish(
+        channel, topology.events_exchange, event, audit_routing_key("updated", "server_wide")
+    )

@@ -12,10 +12,10 @@ from contracts import UPDATE_LONG_TERM_MEMORY, ToolCallRequested, Topology
 from infra.settings import Settings
 from tests.integration.ops.seeding import (
     broker_dead_letter,
-    message_count,
     tool_call,
     worker_dead_letter,
 )
+from tests.support.broker import queue_depth
 from tests.support.waiting import eventually
 from worker.ops.dead_letters import (
     inspect_dead_letters,
@@ -48,12 +48,11 @@ async def seeded(channel: AbstractChannel, topology: Topology) -> Seeded:
     return seeded
 
 
-async def _wait_for_count(channel: AbstractChannel, queue: str, expected: int) -> int:
+async def _wait_for_count(channel: AbstractChannel, queue: str, expected: int) -> None:
     async def settled() -> bool:
-        return await message_count(channel, queue) == expected
+        return await queue_depth(channel, queue) == expected
 
     await eventually(settled, what=f"{queue} to hold {expected} message(s)")
-    return expected
 
 
 async def _drain(channel: AbstractChannel, queue_name: str) -> list[AbstractIncomingMessage]:
@@ -169,7 +168,7 @@ async def test_replay_of_an_unknown_id_fails_clearly_and_changes_nothing(
     assert code == 1
     assert "no dead-lettered message with event id no-such-event" in err.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 3)
-    assert await message_count(channel, topology.worker_queue) == 0
+    assert await queue_depth(channel, topology.worker_queue) == 0
 
 
 async def test_an_unroutable_replay_stays_dead_lettered(
