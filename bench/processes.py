@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,15 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from tests.support.processes import free_port
+
 __all__ = ["REPO_ROOT", "Child", "free_port"]
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -31,6 +31,7 @@ from contracts import (
 )
 from gateway import DiscordSender, Gateway, RetryPolicy
 from infra.settings import Settings
+from tests.support.broker import publish_raw
 from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
 from tests.support.services import TestServices, rabbitmqctl
 from tests.support.waiting import eventually
@@ -161,10 +162,13 @@ async def _publish(settings: Settings, topology: Topology, event: EmbedRequested
     connection = await aio_pika.connect(settings.amqp_url)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
-        exchange = await channel.get_exchange(topology.events_exchange, ensure=False)
-        await exchange.publish(
-            aio_pika.Message(encode_event(event), **amqp_properties(event), expiration=900),
-            routing_key=embed_routing_key(event.shard_id),
+        await publish_raw(
+            channel,
+            topology.events_exchange,
+            encode_event(event),
+            embed_routing_key(event.shard_id),
+            **amqp_properties(event),
+            expiration=900,
         )
 
 

@@ -38,40 +38,18 @@ from tests.support.broker import (
     queue_depth,
     tap_events,
 )
+from tests.support.fuzzing import JSON, MAX_MEMORY_ID, TRICKY_TEXT, fresh_id
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices
 from tests.support.waiting import eventually
 from tests.support.world import Persona, World, participant, tool_call
 
 TOOL = "update_long_term_memory"
-MAX_MEMORY_ID = 2**53 - 1
-# Characters that databases, JSON and Discord treat specially.
-TRICKY_TEXT = ("\x00", "a\x00b", "\ufeff", "\u2028", "\x7f", "\\u0000", "e\u0301", "\U0001f600" * 3)
-
-JSON_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30)
-)
-JSON = st.recursive(
-    JSON_SCALARS,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
-    ),
-    max_leaves=12,
-)
 FUZZ_SETTINGS = settings(
     max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-def fresh_id() -> str:
-    """A Discord-shaped id; Hypothesis seeds `random` for each example, uuid4 it does not."""
-    return str(10**18 + uuid.uuid4().int % (8 * 10**18))
 
 
 @dataclass(frozen=True)
@@ -242,6 +220,8 @@ async def test_tricky_text_through_the_worker_is_answered_and_recorded(
     assert inbox is not None and inbox["status"] == result.status.value
     if result.success:
         assert await world.content(memory_id) == result.data.content_saved
+    else:
+        assert await world.content(memory_id) == "to be rewritten"
     await work_queue_empty(fuzzing)
 
 

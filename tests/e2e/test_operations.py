@@ -7,7 +7,6 @@ import io
 import json
 from pathlib import Path
 
-import aio_pika
 from aio_pika.abc import AbstractChannel
 
 from contracts import (
@@ -21,7 +20,7 @@ from contracts import (
 )
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.support.broker import publish_tool_call, tap_events
+from tests.support.broker import publish_raw, publish_tool_call, tap_events
 from tests.support.services import TestServices, refuse_connections
 from tests.support.world import World, snowflake, tool_call
 from worker.ops.audit_stream import tail_audit
@@ -79,7 +78,7 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
     assert await world.content(memory_id) == "after"
     assert len(await world.revisions_of_call(call.tool_call_id)) == 1
     after = io.StringIO()
-    await list_dead_letters(settings, out=after, err=io.StringIO())
+    assert await list_dead_letters(settings, out=after, err=io.StringIO()) == 0
     assert str(call.event_id) not in after.getvalue()
 
 
@@ -104,11 +103,14 @@ async def test_replaying_an_applied_call_changes_nothing(
             [first] = await events.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
             await events.wait_for(EmbedRequested, tool_call_id=call.tool_call_id)
             # A copy of the applied call in the dead-letter queue, as a crash could leave one.
-            dead_letter = await channel.get_exchange(topology.dead_letter_exchange)
             properties = amqp_properties(call)
             properties["headers"] = {**properties["headers"], "x-ltm-error": "test: a stale copy"}
-            await dead_letter.publish(
-                aio_pika.Message(encode_event(call), **properties), routing_key=call.tool_name
+            await publish_raw(
+                channel,
+                topology.dead_letter_exchange,
+                encode_event(call),
+                call.tool_name,
+                **properties,
             )
             out = io.StringIO()
             assert (

@@ -6,6 +6,7 @@ cleaning up and without seeing each other's rows.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -94,18 +95,47 @@ def tool_call(
 
 @dataclass
 class World:
-    """Writes rows the way the bot would have, through plain SQL on the test database."""
+    """Writes rows the way the bot would have, through plain SQL on the test database.
+
+    A connection per statement by default; after `open()`, one autocommit connection kept
+    until `close()`, for tests that seed a dozen rows per case (where a connection per
+    statement would cost more than the code under test).
+    """
 
     database_url: str
     _lineages: set[int] = field(default_factory=set)
+    _shared: bool = False
+    _connection: psycopg.AsyncConnection[Any] | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def _execute(self, sql: str, *params: Any) -> list[dict[str, Any]]:
-        async with await psycopg.AsyncConnection.connect(
-            self.database_url, autocommit=True
-        ) as connection:
-            cursor = connection.cursor(row_factory=dict_row)
-            await cursor.execute(sql, params)
-            return await cursor.fetchall() if cursor.description else []
+    async def open(self) -> World:
+        """From now on every statement goes through one connection, kept (and reopened if
+        lost) until `close()`."""
+        async with self._lock:
+            self._shared = True
+            if self._connection is None or self._connection.closed:
+                self._connection = await self._connect()
+        return self
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._shared = False
+            if self._connection is not None:
+                await self._connection.close()
+                self._connection = None
+
+    async def execute(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        """Plain SQL in autocommit: the rows it returns, as dicts (none for a statement)."""
+        if not self._shared:
+            async with await self._connect() as connection:
+                return await _rows(connection, sql, params)
+        async with self._lock:
+            if self._connection is None or self._connection.closed:
+                self._connection = await self._connect()
+            return await _rows(self._connection, sql, params)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self.database_url, autocommit=True)
 
     async def server(
         self,
@@ -116,12 +146,12 @@ class World:
         personal_memories_enabled: bool | None = None,
     ) -> Server:
         disc_id = disc_id or snowflake()
-        rows = await self._execute(
+        rows = await self.execute(
             "INSERT INTO servers (server_disc_id) VALUES (%s) RETURNING server_id", disc_id
         )
         server = Server(rows[0]["server_id"], disc_id, is_dm)
         if self_teaching_enabled is not None or personal_memories_enabled is not None:
-            await self._execute(
+            await self.execute(
                 "INSERT INTO server_configs (server_id, self_teaching_enabled,"
                 " personal_memories_enabled) VALUES (%s, %s, %s)",
                 server.server_id,
@@ -131,7 +161,7 @@ class World:
         return server
 
     async def set_self_teaching(self, server: Server, enabled: bool) -> None:
-        await self._execute(
+        await self.execute(
             "INSERT INTO server_configs (server_id, self_teaching_enabled) VALUES (%s, %s)"
             " ON CONFLICT (server_id) DO UPDATE SET self_teaching_enabled = EXCLUDED"
             ".self_teaching_enabled",
@@ -150,7 +180,7 @@ class World:
         self, server: Server, *, lineage: int | None = None, nickname: str = "Tomori"
     ) -> Persona:
         lineage = self.new_lineage() if lineage is None else lineage
-        rows = await self._execute(
+        rows = await self.execute(
             "INSERT INTO personas (server_id, persona_lineage_id, nickname) VALUES (%s, %s, %s)"
             " RETURNING persona_id",
             server.server_id,
@@ -164,7 +194,7 @@ class World:
     ) -> tuple[int, str]:
         """A `users` row: (user_id, user_disc_id)."""
         disc_id = disc_id or snowflake()
-        rows = await self._execute(
+        rows = await self.execute(
             "INSERT INTO users (user_disc_id, user_nickname, privacy_level) VALUES (%s, %s, %s)"
             " RETURNING user_id",
             disc_id,
@@ -183,7 +213,7 @@ class World:
         global_name: str | None = None,
         is_bot: bool = False,
     ) -> None:
-        await self._execute(
+        await self.execute(
             "INSERT INTO guild_members (server_id, user_disc_id, display_name, global_name,"
             " username, is_bot) VALUES (%s, %s, %s, %s, %s, %s)",
             server.server_id,
@@ -195,7 +225,7 @@ class World:
         )
 
     async def blacklist(self, server: Server, user_id: int) -> None:
-        await self._execute(
+        await self.execute(
             "INSERT INTO personalization_blacklist (server_id, user_id) VALUES (%s, %s)",
             server.server_id,
             user_id,
@@ -204,7 +234,7 @@ class World:
     async def server_memory(
         self, persona: Persona, content: str, *, lineage: int | None = None
     ) -> int:
-        rows = await self._execute(
+        rows = await self.execute(
             "INSERT INTO server_memories (server_id, persona_id, persona_lineage_id, content)"
             " VALUES (%s, %s, %s, %s) RETURNING server_memory_id",
             persona.server.server_id,
@@ -215,7 +245,7 @@ class World:
         return int(rows[0]["server_memory_id"])
 
     async def personal_memory(self, user_id: int, lineage: int, content: str) -> int:
-        rows = await self._execute(
+        rows = await self.execute(
             "INSERT INTO personal_memories (user_id, persona_lineage_id, content)"
             " VALUES (%s, %s, %s) RETURNING personal_memory_id",
             user_id,
@@ -226,7 +256,7 @@ class World:
 
     async def memory(self, memory_id: int) -> dict[str, Any] | None:
         """The memory's row in whichever table holds it, with a `scope` key; None if gone."""
-        rows = await self._execute(
+        rows = await self.execute(
             "SELECT 'server_wide' AS scope, content, created_at, updated_at, tags,"
             " persona_lineage_id FROM server_memories WHERE server_memory_id = %s"
             " UNION ALL SELECT 'target_user', content, created_at, updated_at, tags,"
@@ -241,23 +271,31 @@ class World:
         return None if row is None else str(row["content"])
 
     async def revisions(self, memory_id: int) -> list[dict[str, Any]]:
-        return await self._execute(
+        return await self.execute(
             "SELECT * FROM memory_revisions WHERE memory_id = %s ORDER BY revision_id", memory_id
         )
 
     async def revisions_of_call(self, tool_call_id: str) -> list[dict[str, Any]]:
-        return await self._execute(
+        return await self.execute(
             "SELECT * FROM memory_revisions WHERE tool_call_id = %s ORDER BY revision_id",
             tool_call_id,
         )
 
     async def outbox_of_call(self, tool_call_id: str) -> list[dict[str, Any]]:
-        return await self._execute(
+        return await self.execute(
             "SELECT * FROM outbox WHERE correlation_id = %s ORDER BY outbox_id", tool_call_id
         )
 
     async def inbox(self, tool_call_id: str) -> dict[str, Any] | None:
-        rows = await self._execute(
+        rows = await self.execute(
             "SELECT * FROM tool_call_inbox WHERE tool_call_id = %s", tool_call_id
         )
         return rows[0] if rows else None
+
+
+async def _rows(
+    connection: psycopg.AsyncConnection[Any], sql: str, params: tuple[Any, ...]
+) -> list[dict[str, Any]]:
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(sql, params)
+    return await cursor.fetchall() if cursor.description else []

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
-
-import psycopg
-from psycopg.rows import dict_row
 
 from contracts import (
     DELETE_COLOR,
@@ -31,7 +27,6 @@ __all__ = [
     "SHARD",
     "Pipeline",
     "Scene",
-    "SharedConnectionWorld",
     "assert_failure",
     "assert_only_content_changed",
     "assert_result",
@@ -46,29 +41,6 @@ TRIGGERER_NAME = "Trig"
 
 Action = Literal["updated", "deleted"]
 Scope = Literal["server_wide", "target_user"]
-
-
-@dataclass
-class SharedConnectionWorld(World):
-    """`World` on one autocommit connection kept open: seeding a test takes a dozen statements,
-    and a connection per statement would cost more than the pipeline under test."""
-
-    _connection: psycopg.AsyncConnection[Any] | None = None
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def _execute(self, sql: str, *params: Any) -> list[dict[str, Any]]:
-        async with self._lock:
-            if self._connection is None or self._connection.closed:
-                self._connection = await psycopg.AsyncConnection.connect(
-                    self.database_url, autocommit=True
-                )
-            cursor = self._connection.cursor(row_factory=dict_row)
-            await cursor.execute(sql, params)
-            return await cursor.fetchall() if cursor.description else []
-
-    async def close(self) -> None:
-        if self._connection is not None:
-            await self._connection.close()
 
 
 @dataclass(frozen=True)
@@ -149,7 +121,7 @@ class Pipeline:
 
     async def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
         """Plain SQL on the test database, outside any transaction of the pipeline."""
-        return await self.world._execute(query, *params)
+        return await self.world.execute(query, *params)
 
     async def server_memory(
         self,

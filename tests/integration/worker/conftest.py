@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from infra.settings import Settings
-from tests.integration.worker.checks import Pipeline, SharedConnectionWorld
+from tests.integration.worker.checks import Pipeline
 from tests.support.world import World
 from worker.adapters.database import MemoryStore, create_engine
 
@@ -24,7 +24,9 @@ async def store(settings: Settings) -> AsyncIterator[MemoryStore]:
 
 @pytest.fixture(scope="session")
 async def world(settings: Settings) -> AsyncIterator[World]:
-    shared = SharedConnectionWorld(settings.database_url)
+    # One connection kept open: seeding a case takes a dozen statements, and a connection per
+    # statement would cost more than the pipeline under test.
+    shared = await World(settings.database_url).open()
     yield shared
     await shared.close()
 

@@ -51,7 +51,7 @@ async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -
     assert await world.content(server_id) == "server fact v2"
     assert await world.content(personal_id) == "olive v2"
     assert await world.content(doomed_id) is None
-    assert results[2].result.data.target_user is not None
+    assert results[2].result.data.target_user == "Olive"
 
 
 async def test_two_changes_of_one_memory_in_a_batch_chain_in_order(pipeline: Pipeline) -> None:

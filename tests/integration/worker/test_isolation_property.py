@@ -13,7 +13,6 @@ a pipeline that refuses everything does not pass for an isolated one.
 from __future__ import annotations
 
 import itertools
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 
 from contracts import MemoryStatus, Participant
 from tests.integration.worker.checks import Pipeline
+from tests.support.fuzzing import fresh_id
 from tests.support.world import Persona, Server, participant, tool_call
 
 NEVER_ISSUED = 2**53 - 1  # a valid id the shared sequence does not reach in a test run
@@ -145,11 +145,6 @@ class Seeded:
 
 
 _worlds = itertools.count()
-
-
-def fresh_id() -> str:
-    """A Discord-shaped id. Not `snowflake()`: Hypothesis seeds `random` for each example."""
-    return str(10**18 + uuid.uuid4().int % (8 * 10**18))
 
 
 async def seed(pipeline: Pipeline, plan: WorldPlan) -> Seeded:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.support.waiting import eventually
 from worker.batching import CallBatcher, GroupCommit
 
 
@@ -32,7 +33,11 @@ async def test_calls_that_arrive_together_share_a_batch_and_get_their_own_result
     first = asyncio.create_task(batcher.submit("a", 1))
     await asyncio.sleep(0)
     rest = [asyncio.create_task(batcher.submit(f"k{n}", n)) for n in range(2, 6)]
-    await asyncio.sleep(0.01)
+
+    async def first_batch_running() -> bool:
+        return batches == [[1]]
+
+    await eventually(first_batch_running, timeout=5, interval=0, what="the first batch running")
     release.set()
     assert await first == 10
     assert [await task for task in rest] == [20, 30, 40, 50]
