@@ -31,10 +31,10 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aio_pika
 import orjson
@@ -51,6 +51,17 @@ from bench.world import grow_memories, memory_count, pick_targets, reset_calls, 
 __all__ = ["Config", "main", "render_table", "run_bench"]
 
 RESULTS_PATH = Path(__file__).with_name("results.json")
+# In the order they run; the sample phase always runs, since the others replay its events.
+PHASES: Final = (
+    "db_limit",
+    "broker_limit",
+    "peer",
+    "throughput",
+    "latency",
+    "throughput_prepublished",
+    "cost_1m_vs_10k",
+    "rss",
+)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -78,6 +89,7 @@ class Config:
     window: int
     run_seconds: float
     prepublished: bool
+    phases: tuple[str, ...]
     output: Path
 
 
@@ -118,6 +130,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="a throughput run stops counting after this long (env BENCH_RUN_SECONDS)")  # fmt: skip
     add("--no-prepublished", dest="prepublished", action="store_false",
         help="skip the worker run on calls published before it starts")  # fmt: skip
+    add("--phases", default=os.environ.get("BENCH_PHASES", ",".join(PHASES)),
+        help="phases to run, comma-separated; they run in their fixed order"
+        " (env BENCH_PHASES)")  # fmt: skip
     add("--output", type=Path, default=Path(os.environ.get("BENCH_OUTPUT", RESULTS_PATH)))
     args = parser.parse_args(argv)
     return Config(
@@ -136,6 +151,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         window=args.window,
         run_seconds=args.run_seconds,
         prepublished=args.prepublished,
+        phases=tuple(name.strip() for name in args.phases.split(",") if name.strip()),
         output=args.output,
     )
 
@@ -147,9 +163,16 @@ def _say(text: str) -> None:
 class Phases:
     """Runs each phase; a failing one is recorded and the rest still run."""
 
-    def __init__(self) -> None:
+    def __init__(self, wanted: Sequence[str] = PHASES) -> None:
+        unknown = set(wanted) - set(PHASES)
+        if unknown:
+            raise ValueError(f"unknown phases {sorted(unknown)}; the phases are {PHASES}")
+        self._wanted = set(wanted)
         self.errors: dict[str, str] = {}
         self.seconds: dict[str, float] = {}
+
+    def wanted(self, name: str) -> bool:
+        return name in self._wanted
 
     @contextlib.asynccontextmanager
     async def phase(self, name: str) -> AsyncIterator[None]:
@@ -194,7 +217,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     started = time.perf_counter()
-    phases = Phases()
+    phases = Phases(config.phases)
     results: dict[str, Any] = {"config": {**asdict(config), "output": str(config.output)}}
     details: dict[str, Any] = {}
     workdir = Path(tempfile.mkdtemp(prefix=f"ltm-bench-{services.run_id}-"))
@@ -241,139 +264,144 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             details["event_sizes"] = sample.sizes()
             sample_path.write_bytes(sample.to_json())
 
-        async with phases.phase("db_limit"):
-            assert sample is not None, "no sample events"
-            db_figures: dict[int, db_limit.DbFigure] = {}
-            for clients in config.db_clients:
-                await reset_calls(url)
-                db_figure = await db_limit.measure(
-                    url, targets, sample, clients=clients, seconds=config.db_seconds
-                )
-                db_figures[clients] = db_figure
-                _say(f"  db limit, {clients} client(s): {db_figure.tps:.0f} calls/s")
-            details["db_limit"] = [db_limit.as_dict(f) for f in db_figures.values()]
-            if 1 in db_figures:
-                results["db_limit_tps"] = round(db_figures[1].tps, 1)
-            for clients, db_figure in db_figures.items():
-                if clients != 1:
-                    results[f"db_limit_tps_{clients}"] = round(db_figure.tps, 1)
-            if config.db_batch > 1:
-                # Beyond the brief: what the worker's batched statements allow when several
-                # calls share a transaction (2 transactions at a time, as the worker runs).
-                await reset_calls(url)
-                batched = await db_limit.measure(
-                    url,
-                    targets,
-                    sample,
-                    clients=2,
-                    batch=config.db_batch,
-                    seconds=config.db_seconds,
-                    warmup=3,
-                )
-                details["db_limit"].append(db_limit.as_dict(batched))
-                results["db_limit_batched_tps"] = round(batched.tps, 1)
-                _say(f"  db limit, 2 clients x {config.db_batch} calls: {batched.tps:.0f} calls/s")
+        if phases.wanted("db_limit"):
+            async with phases.phase("db_limit"):
+                assert sample is not None, "no sample events"
+                db_figures: dict[int, db_limit.DbFigure] = {}
+                for clients in config.db_clients:
+                    await reset_calls(url)
+                    db_figure = await db_limit.measure(
+                        url, targets, sample, clients=clients, seconds=config.db_seconds
+                    )
+                    db_figures[clients] = db_figure
+                    _say(f"  db limit, {clients} client(s): {db_figure.tps:.0f} calls/s")
+                details["db_limit"] = [db_limit.as_dict(f) for f in db_figures.values()]
+                if 1 in db_figures:
+                    results["db_limit_tps"] = round(db_figures[1].tps, 1)
+                for clients, db_figure in db_figures.items():
+                    if clients != 1:
+                        results[f"db_limit_tps_{clients}"] = round(db_figure.tps, 1)
+                if config.db_batch > 1:
+                    # Beyond the brief: what the worker's batched statements allow when several
+                    # calls share a transaction (2 transactions at a time, as the worker runs).
+                    await reset_calls(url)
+                    batched = await db_limit.measure(
+                        url,
+                        targets,
+                        sample,
+                        clients=2,
+                        batch=config.db_batch,
+                        seconds=config.db_seconds,
+                        warmup=3,
+                    )
+                    details["db_limit"].append(db_limit.as_dict(batched))
+                    results["db_limit_batched_tps"] = round(batched.tps, 1)
+                    _say(f"  db limit, 2 x {config.db_batch} calls: {batched.tps:.0f} calls/s")
 
-        async with phases.phase("broker_limit"):
-            assert sample is not None, "no sample events"
-            loop = bench.child(
-                "broker-loop",
-                "bench.broker_loop",
-                "--amqp-url",
-                services.amqp_url,
-                "--prefix",
-                services.amqp_prefix,
-                "--sample",
-                str(sample_path),
-                "--count",
-                str(config.broker_calls),
-                env=services.env(),
-            )
-            try:
-                figure = await throughput_run(
-                    bench,
-                    "broker",
-                    targets,
-                    calls=config.broker_calls,
-                    warmup=0,
-                    timeout=_timeout(config.broker_calls),
-                    consumer=loop,
-                    prepublished=True,
+        if phases.wanted("broker_limit"):
+            async with phases.phase("broker_limit"):
+                assert sample is not None, "no sample events"
+                loop = bench.child(
+                    "broker-loop",
+                    "bench.broker_loop",
+                    "--amqp-url",
+                    services.amqp_url,
+                    "--prefix",
+                    services.amqp_prefix,
+                    "--sample",
+                    str(sample_path),
+                    "--count",
+                    str(config.broker_calls),
+                    env=services.env(),
                 )
-                if not figure.capped:
-                    await loop.wait_exit(30)
-            finally:
-                loop.kill()
-            own = None if figure.capped else round(last_json_line(loop.output())["rate"], 1)
-            details["broker_limit"] = {**figure.as_dict(), "loop_own_rate": own}
-            results["broker_limit_tps"] = round(figure.tps, 1)
-            _say(f"  broker limit: {figure.tps:.0f} calls/s")
+                try:
+                    figure = await throughput_run(
+                        bench,
+                        "broker",
+                        targets,
+                        calls=config.broker_calls,
+                        warmup=0,
+                        timeout=_timeout(config.broker_calls),
+                        consumer=loop,
+                        prepublished=True,
+                    )
+                    if not figure.capped:
+                        await loop.wait_exit(30)
+                finally:
+                    loop.kill()
+                own = None if figure.capped else round(last_json_line(loop.output())["rate"], 1)
+                details["broker_limit"] = {**figure.as_dict(), "loop_own_rate": own}
+                results["broker_limit_tps"] = round(figure.tps, 1)
+                _say(f"  broker limit: {figure.tps:.0f} calls/s")
 
-        async with phases.phase("peer"):
-            ready = workdir / "peer.ready"
-            peer = bench.child(
-                "peer",
-                "bench.peer",
-                env=services.env(
-                    BENCH_PEER_AMQP_URL=services.amqp_url,
-                    BENCH_PEER_DATABASE_URL=url,
-                    BENCH_PEER_PREFIX=services.amqp_prefix,
-                    BENCH_PEER_READY_FILE=str(ready),
-                ),
-            ).start()
-            try:
-                await peer.wait_file(ready)
-                figure = await throughput_run(
-                    bench,
+        if phases.wanted("peer"):
+            async with phases.phase("peer"):
+                ready = workdir / "peer.ready"
+                peer = bench.child(
                     "peer",
-                    targets,
-                    calls=config.peer_calls,
-                    warmup=config.warmup,
-                    timeout=_timeout(config.peer_calls),
-                    consumer=peer,
-                )
-                details["peer"] = {**figure.as_dict(), "rss_mb": round(peer.peak_rss_mb(), 1)}
-            finally:
-                await peer.terminate()
-            results["peer_tps"] = round(figure.tps, 1)
-            _say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
+                    "bench.peer",
+                    env=services.env(
+                        BENCH_PEER_AMQP_URL=services.amqp_url,
+                        BENCH_PEER_DATABASE_URL=url,
+                        BENCH_PEER_PREFIX=services.amqp_prefix,
+                        BENCH_PEER_READY_FILE=str(ready),
+                    ),
+                ).start()
+                try:
+                    await peer.wait_file(ready)
+                    figure = await throughput_run(
+                        bench,
+                        "peer",
+                        targets,
+                        calls=config.peer_calls,
+                        warmup=config.warmup,
+                        timeout=_timeout(config.peer_calls),
+                        consumer=peer,
+                    )
+                    details["peer"] = {**figure.as_dict(), "rss_mb": round(peer.peak_rss_mb(), 1)}
+                finally:
+                    await peer.terminate()
+                results["peer_tps"] = round(figure.tps, 1)
+                _say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
 
         rss: list[float] = []
         worker: Child | None = None
-        async with phases.phase("throughput"):
-            worker = await _start_worker(bench, "worker")
-            figure = await throughput_run(
-                bench,
-                "worker",
-                targets,
-                calls=config.calls,
-                warmup=config.warmup,
-                timeout=_timeout(config.calls),
-                consumer=worker,
-            )
-            details["throughput"] = figure.as_dict()
-            results["throughput"] = round(figure.tps, 1)
-            _say(f"  worker: {figure.tps:.0f} calls/s ({figure.failures} not updated)")
+        if phases.wanted("throughput"):
+            async with phases.phase("throughput"):
+                worker = await _start_worker(bench, "worker")
+                figure = await throughput_run(
+                    bench,
+                    "worker",
+                    targets,
+                    calls=config.calls,
+                    warmup=config.warmup,
+                    timeout=_timeout(config.calls),
+                    consumer=worker,
+                )
+                details["throughput"] = figure.as_dict()
+                results["throughput"] = round(figure.tps, 1)
+                _say(f"  worker: {figure.tps:.0f} calls/s ({figure.failures} not updated)")
 
-        async with phases.phase("latency"):
-            assert worker is not None and worker.running(), "no worker running"
-            latency = await latency_run(
-                bench,
-                targets,
-                rate=config.latency_rate,
-                seconds=config.latency_seconds,
-                timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
-            )
-            details["latency"] = latency.as_dict()
-            results["p50_ms"] = round(latency.p50_ms, 2)
-            results["p95_ms"] = round(latency.p95_ms, 2)
-            results["p99_ms"] = round(latency.p99_ms, 2)
-            _say(
-                f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
-                f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
-            )
+        if phases.wanted("latency"):
+            async with phases.phase("latency"):
+                assert worker is not None and worker.running(), "no worker running"
+                latency = await latency_run(
+                    bench,
+                    targets,
+                    rate=config.latency_rate,
+                    seconds=config.latency_seconds,
+                    timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
+                )
+                details["latency"] = latency.as_dict()
+                results["p50_ms"] = round(latency.p50_ms, 2)
+                results["p95_ms"] = round(latency.p95_ms, 2)
+                results["p99_ms"] = round(latency.p99_ms, 2)
+                _say(
+                    f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
+                    f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
+                )
 
-        if config.prepublished:
+        if config.prepublished and phases.wanted("throughput_prepublished"):
             async with phases.phase("throughput_prepublished"):
                 if worker is not None and worker.running():
                     rss.append(worker.peak_rss_mb())
@@ -393,7 +421,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results["throughput_prepublished"] = round(figure.tps, 1)
                 _say(f"  worker on a full queue: {figure.tps:.0f} calls/s")
 
-        if config.big_memories > 0:
+        if config.big_memories > 0 and phases.wanted("cost_1m_vs_10k"):
             async with phases.phase("cost_1m_vs_10k"):
                 if worker is None or not worker.running():
                     worker = await _start_worker(bench, "worker-cost")
@@ -430,14 +458,15 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 }
                 results["cost_1m_vs_10k"] = round(small.tps / big.tps, 3)
 
-        async with phases.phase("rss"):
-            if worker is not None and worker.running():
-                rss.append(worker.peak_rss_mb())
-                await worker.terminate()
-            if not rss:
-                raise RuntimeError("no worker process was measured")
-            results["rss_mb"] = round(max(rss), 1)
-            details["rss_mb_per_worker"] = [round(value, 1) for value in rss]
+        if phases.wanted("rss"):
+            async with phases.phase("rss"):
+                if worker is not None and worker.running():
+                    rss.append(worker.peak_rss_mb())
+                    await worker.terminate()
+                if not rss:
+                    raise RuntimeError("no worker process was measured")
+                results["rss_mb"] = round(max(rss), 1)
+                details["rss_mb_per_worker"] = [round(value, 1) for value in rss]
     finally:
         if bench is not None:
             for child in bench.children:

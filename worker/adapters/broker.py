@@ -2,6 +2,11 @@
 
 Every publish here waits for the broker's confirm; callers run publishes concurrently, so
 that many confirms are outstanding at once instead of one round trip at a time.
+
+Events go out through aio-pika's underlying aiormq channel with `wait=False`: aio-pika's
+`Exchange.publish` holds the channel's lock until the socket has drained each message, which
+queues every publish of the worker behind the one before it, one event-loop turn at a time.
+Here the lock covers only queueing the frames; the confirm is still awaited.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from datetime import UTC, datetime
 from typing import Final
 
 import aio_pika
+import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
+from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, amqp_properties, encode_event
 from worker.adapters.outbox import OutboxRow
@@ -29,34 +36,47 @@ class EventPublisher:
     """Publishes on one channel with publisher confirms."""
 
     def __init__(
-        self, events: AbstractExchange, dead_letter: AbstractExchange, channel: AbstractChannel
+        self,
+        channel: AbstractChannel,
+        raw: aiormq.Channel,
+        topology: Topology,
+        dead_letter: AbstractExchange,
     ) -> None:
-        self._events = events
-        self._dead_letter = dead_letter
         self.channel = channel
+        self._raw = raw
+        self._events = topology.events_exchange
+        self._dead_letter = dead_letter
 
     @classmethod
     async def open(
         cls, connection: aio_pika.abc.AbstractConnection, topology: Topology
     ) -> EventPublisher:
         channel = await connection.channel(publisher_confirms=True)
-        events = await channel.get_exchange(topology.events_exchange, ensure=False)
         dead_letter = await channel.get_exchange(topology.dead_letter_exchange, ensure=False)
-        return cls(events, dead_letter, channel)
+        raw = await channel.get_underlay_channel()
+        assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
+        return cls(channel, raw, topology, dead_letter)
 
     async def publish_row(self, row: OutboxRow) -> None:
-        message = aio_pika.Message(
-            row.body,
+        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
+        properties = Basic.Properties(
             content_type=CONTENT_TYPE,
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            delivery_mode=2,
             message_id=str(row.event_id),
             correlation_id=row.correlation_id,
-            type=row.event_type,
+            message_type=row.event_type,
             timestamp=datetime.now(UTC),
             headers={"schema_version": SCHEMA_VERSION},
             expiration=_expiration(row.ttl_ms),
         )
-        await self._events.publish(message, row.routing_key, mandatory=False)
+        await self._raw.basic_publish(
+            row.body,
+            exchange=self._events,
+            routing_key=row.routing_key,
+            properties=properties,
+            mandatory=False,
+            wait=False,
+        )
 
     async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
         """All at once, each confirmed; raises if any was not."""
@@ -64,10 +84,25 @@ class EventPublisher:
 
     async def publish_event(self, event: Event, routing_key: str, ttl_ms: int | None) -> None:
         """Straight to the broker, for what the database could not hold (or holds already)."""
-        message = aio_pika.Message(
-            encode_event(event), **amqp_properties(event), expiration=_expiration(ttl_ms)
+        plain = amqp_properties(event)
+        properties = Basic.Properties(
+            content_type=plain["content_type"],
+            delivery_mode=plain["delivery_mode"],
+            message_id=plain["message_id"],
+            correlation_id=plain["correlation_id"],
+            message_type=plain["type"],
+            timestamp=plain["timestamp"],
+            headers=plain["headers"],
+            expiration=_expiration(ttl_ms),
         )
-        await self._events.publish(message, routing_key, mandatory=False)
+        await self._raw.basic_publish(
+            encode_event(event),
+            exchange=self._events,
+            routing_key=routing_key,
+            properties=properties,
+            mandatory=False,
+            wait=False,
+        )
 
     async def dead_letter(self, message: AbstractIncomingMessage, reason: str) -> None:
         """Republishes the delivery as it came, with why and when, to the dead-letter exchange.
@@ -99,6 +134,6 @@ class EventPublisher:
         await self._dead_letter.publish(copy, message.routing_key or "", mandatory=False)
 
 
-def _expiration(ttl_ms: int | None) -> float | None:
-    # aio-pika takes seconds; the broker wants at least a millisecond.
-    return None if ttl_ms is None else max(ttl_ms, 1) / 1000
+def _expiration(ttl_ms: int | None) -> str | None:
+    # Milliseconds, as a string; the broker wants at least one.
+    return None if ttl_ms is None else str(max(ttl_ms, 1))
