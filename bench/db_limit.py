@@ -3,10 +3,11 @@
 Per call, on one psycopg 3 async connection with prepared statements, exactly what the
 worker sends, with the parameters its own builders make: claim the inbox row and load the
 server state, the scoped update with its revision, the finish statement (the outbox rows and
-the stored result), commit; then mark the outbox rows published in a transaction of their
-own. Each client updates its own share of the memories, so that clients do not wait on each
-other's row locks. With `batch` > 1, that many calls share each transaction (each statement
-takes the whole batch), which is what the worker does with calls that arrive together.
+the stored result), the mark of the previous transaction's outbox rows (confirmed by the
+broker meanwhile, as a busy worker marks them in its next commit), commit. Each client
+updates its own share of the memories, so that clients do not wait on each other's row
+locks. With `batch` > 1, that many calls share each transaction (each statement takes the
+whole batch), which is what the worker does with calls that arrive together.
 
 The events queued are the sample's (what the running worker emitted for one call), each
 with a fresh id and the call's ids, and their captured bodies: the outbox stores what the
@@ -93,10 +94,12 @@ async def _one_transaction(
     cursor: psycopg.AsyncCursor[DictRow],
     calls: Sequence[tuple[ToolCallRequested, int, str]],
     outgoing: _Outgoing,
-) -> int:
-    """One transaction's statements for (call, memory id, content) triples, then the mark.
+    published: list[int],
+) -> tuple[int, list[int]]:
+    """One transaction's statements for (call, memory id, content) triples, and the mark of
+    the previous transaction's outbox rows (`published`), as a busy worker commits them.
 
-    Returns how many calls found their memory.
+    Returns how many calls found their memory, and the outbox ids this one queued.
     """
     requests = [call for call, _, _ in calls]
     await cursor.execute(CLAIM, claim_params(requests), prepare=True)
@@ -127,10 +130,10 @@ async def _one_transaction(
         bodies.extend(outgoing.bodies)
     await cursor.execute(FINISH, finish_params(answers, events, bodies), prepare=True)
     outbox_ids = [row["outbox_id"] for row in await cursor.fetchall()]
+    if published:
+        await cursor.execute(MARK_PUBLISHED, {"outbox_ids": published}, prepare=True)
     await connection.commit()
-    await cursor.execute(MARK_PUBLISHED, {"outbox_ids": outbox_ids}, prepare=True)
-    await connection.commit()
-    return len(written)
+    return len(written), outbox_ids
 
 
 def _call(
@@ -170,15 +173,19 @@ async def _client(
         outgoing = _Outgoing.of(sample)
         templates: dict[Target, ToolCallRequested] = {}
         number = 0
+        published: list[int] = []
 
         async def transaction() -> int:
-            nonlocal number
+            nonlocal number, published
             calls = []
             for _ in range(batch):
                 target = targets[number % len(targets)]
                 calls.append(_call(templates, target, f"{tag}:{number}", number))
                 number += 1
-            return await _one_transaction(connection, cursor, calls, outgoing)
+            found, published = await _one_transaction(
+                connection, cursor, calls, outgoing, published
+            )
+            return found
 
         for _ in range(warmup):
             await transaction()

@@ -57,7 +57,7 @@ CLAIM: Final = _compiled(_CLAIM)
 APPLY: Final = _compiled(_APPLY)
 # Queues the outbox rows and stores the results: the last statement before commit.
 FINISH: Final = _compiled(_FINISH)
-# After the broker confirmed the events, in a transaction of its own (`outbox_ids`: ints).
+# After the broker confirmed the events, in the next transaction (`outbox_ids`: ints).
 MARK_PUBLISHED: Final = _compiled(_MARK_PUBLISHED)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["CallBatcher", "GroupCommit"]
+__all__ = ["CallBatcher", "GroupCommit", "TakenFlush"]
 
 Call = TypeVar("Call")
 Result = TypeVar("Result")
@@ -119,8 +119,24 @@ def _fail(waiting: _Waiting[Call, Result], error: BaseException) -> None:
         waiting.done.set_exception(error)
 
 
+@dataclass
+class TakenFlush:
+    """Ids handed to a transaction that was going to commit anyway; it reports back."""
+
+    ids: list[int]
+    done: asyncio.Future[None]
+
+    def flushed(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 class GroupCommit:
-    """Many callers' ids, one `flush` call for all that arrived while the last one ran."""
+    """Many callers' ids, one `flush` call for all that arrived while the last one ran.
+
+    A transaction that is about to commit anyway may `take` what waits and write it itself,
+    saving a transaction of its own; what it cannot commit it gives back.
+    """
 
     def __init__(
         self, flush: Callable[[list[int]], Awaitable[None]], *, linger_s: float = 0.0
@@ -134,14 +150,28 @@ class GroupCommit:
 
     async def submit(self, ids: Sequence[int]) -> None:
         """Returns once a flush that included `ids` has completed (or raises its error)."""
+        await self._waiter_for(ids)
+
+    def take(self) -> TakenFlush | None:
+        if not self._pending:
+            return None
+        ids, self._pending = self._pending, []
+        done, self._next = self._next, None
+        assert done is not None
+        return TakenFlush(ids, done)
+
+    def give_back(self, taken: TakenFlush) -> None:
+        """For a taker whose transaction failed: the ids wait for the next flush again."""
+        _settle_with(self._waiter_for(taken.ids), taken.done)
+
+    def _waiter_for(self, ids: Sequence[int]) -> asyncio.Future[None]:
         self._pending.extend(ids)
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
-        waiter = self._next
         if not self._running:
             self._running = True
             self._task = asyncio.create_task(self._drain())
-        await waiter
+        return self._next
 
     async def _drain(self) -> None:
         try:
@@ -151,7 +181,8 @@ class GroupCommit:
                     await asyncio.sleep(self._linger_s)
                 ids, self._pending = self._pending, []
                 done, self._next = self._next, None
-                assert done is not None
+                if done is None:  # a transaction took them while this lingered
+                    continue
                 try:
                     await self._flush(ids)
                 except Exception as error:
@@ -160,3 +191,17 @@ class GroupCommit:
                     done.set_result(None)
         finally:
             self._running = False
+
+
+def _settle_with(source: asyncio.Future[None], target: asyncio.Future[None]) -> None:
+    def copy(_: asyncio.Future[None]) -> None:
+        if target.done():
+            return
+        if source.cancelled():
+            target.cancel()
+        elif (error := source.exception()) is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(None)
+
+    source.add_done_callback(copy)

@@ -57,9 +57,9 @@ _SWEEP_BATCH: Final = 500
 # Rows younger than this are being published by the worker that wrote them.
 _SWEEP_MIN_AGE_S: Final = 5.0
 _RECONNECT_MAX_S: Final = 5.0
-# Marking rows published delays only the ack, not the result: a few ms gather many calls'
-# rows into one UPDATE.
-_MARK_LINGER_S: Final = 0.005
+# Marking rows published delays only the ack, not the result. Under load the next batch's
+# transaction marks them before this runs out; when idle, one UPDATE marks all that came.
+_MARK_LINGER_S: Final = 0.025
 
 
 def is_transient(error: BaseException) -> bool:
@@ -243,16 +243,28 @@ class Worker:
             before_sleep=count_retry,
             reraise=True,
         )
-        async for attempt in retrying:
-            with attempt:
-                async with self.store.transaction() as tx:
-                    return await process_tool_calls(
-                        calls,
-                        tx,
-                        max_memory_length=self.settings.max_memory_length,
-                        reply_ttl_ms=self._reply_ttl_ms,
-                    )
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+        # Rows of earlier calls that the broker has confirmed are marked in this commit,
+        # instead of in a transaction of their own.
+        marks = self._published.take()
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    async with self.store.transaction() as tx:
+                        processed = await process_tool_calls(
+                            calls,
+                            tx,
+                            max_memory_length=self.settings.max_memory_length,
+                            reply_ttl_ms=self._reply_ttl_ms,
+                        )
+                        if marks is not None:
+                            await tx.mark_published(marks.ids)
+        except BaseException:
+            if marks is not None:
+                self._published.give_back(marks)
+            raise
+        if marks is not None:
+            marks.flushed()
+        return processed
 
     async def _deliver(
         self, message: AbstractIncomingMessage, call: ToolCallRequested, processed: Processed

@@ -18,6 +18,7 @@ from contracts import (
 )
 from tests.support.broker import publish_raw, publish_tool_call, tap_events
 from tests.support.processes import LtmProcess
+from tests.support.waiting import eventually
 from tests.support.world import World, participant, snowflake, tool_call
 
 pytestmark = pytest.mark.usefixtures("worker_process")
@@ -167,6 +168,41 @@ async def test_a_duplicate_publish_is_answered_again_and_applied_once(
     assert len(tap.events(CacheInvalidate, tool_call_id=call.tool_call_id)) == 1
     assert len(await world.revisions(memory_id)) == 1
     assert 'replayed="true"' in worker_process.metrics()
+
+
+async def test_a_burst_is_answered_and_every_event_marked_published_by_the_worker(
+    channel: AbstractChannel, topology: Topology, world: World, worker_process: LtmProcess
+) -> None:
+    # Calls arriving together share transactions, and a later batch's commit marks the
+    # earlier batches' confirmed rows: none is left for the sweep.
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_ids = [await world.server_memory(persona, f"v{n}") for n in range(40)]
+    calls = [
+        tool_call(persona, {"memory_id": memory_id, "memory_content": "burst"}, triggerer_id="1")
+        for memory_id in memory_ids
+    ]
+    async with tap_events(channel, topology.events_exchange) as tap:
+        for call in calls:
+            await publish_tool_call(channel, topology, call)
+        for call in calls:
+            [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+            assert result.status is MemoryStatus.UPDATED
+
+    async def all_marked() -> bool:
+        rows = [row for call in calls for row in await world.outbox_of_call(call.tool_call_id)]
+        assert len(rows) == 4 * len(calls)
+        return all(row["published_at"] is not None for row in rows)
+
+    await eventually(all_marked, timeout=4.0, what="every outbox row marked published")
+    await eventually(
+        lambda: _nothing_in_flight(worker_process), timeout=4.0, what="every call acked"
+    )
+    assert [await world.content(memory_id) for memory_id in memory_ids] == ["burst"] * 40
+
+
+async def _nothing_in_flight(worker: LtmProcess) -> bool:
+    return "ltm_tool_calls_in_flight 0.0" in worker.metrics().splitlines()
 
 
 @pytest.mark.parametrize(

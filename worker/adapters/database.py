@@ -18,7 +18,13 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from contracts import MemoryStatus, ResultData, ToolCallRequested
-from worker.adapters.outbox import OUTBOX_INSERT, OutboxRow, OutgoingEvent, insert_events
+from worker.adapters.outbox import (
+    OUTBOX_INSERT,
+    OutboxRow,
+    OutboxStore,
+    OutgoingEvent,
+    insert_events,
+)
 from worker.adapters.revisions import REVISION_INSERT
 from worker.core.model import (
     DirectoryMember,
@@ -448,6 +454,10 @@ class ToolCallTransaction:
     ) -> list[OutboxRow]:
         """Stores the results for idempotency and queues the events, in this transaction."""
         return await insert_events(self._connection, _FINISH, events, **answers_params(answers))
+
+    async def mark_published(self, outbox_ids: Sequence[int]) -> None:
+        """Earlier calls' outbox rows, confirmed by the broker since: marked in this commit."""
+        await OutboxStore.mark_published_in(self._connection, outbox_ids)
 
 
 def answers_params(answers: Sequence[Answer]) -> dict[str, str]:

@@ -163,3 +163,40 @@ async def test_group_commit_lingers_so_that_callers_just_after_share_the_flush()
     assert flushed == []
     await asyncio.gather(first, group.submit([2]))
     assert flushed == [[1, 2]]
+
+
+async def test_group_commit_hands_waiting_ids_to_a_transaction_that_takes_them() -> None:
+    flushed: list[list[int]] = []
+
+    async def flush(ids: list[int]) -> None:
+        flushed.append(ids)
+
+    group = GroupCommit(flush, linger_s=0.05)
+    waiting = asyncio.create_task(group.submit([1, 2]))
+    await asyncio.sleep(0)
+    taken = group.take()
+    assert taken is not None and taken.ids == [1, 2]
+    assert group.take() is None
+    assert not waiting.done()
+    taken.flushed()
+    await asyncio.wait_for(waiting, 1)
+    await asyncio.sleep(0.1)  # past the linger: nothing is left for a flush of its own
+    assert flushed == []
+
+
+async def test_group_commit_flushes_what_a_failed_taker_gives_back() -> None:
+    flushed: list[list[int]] = []
+
+    async def flush(ids: list[int]) -> None:
+        flushed.append(ids)
+
+    group = GroupCommit(flush, linger_s=0.01)
+    waiting = asyncio.create_task(group.submit([1]))
+    await asyncio.sleep(0)
+    taken = group.take()
+    assert taken is not None
+    later = asyncio.create_task(group.submit([2]))
+    await asyncio.sleep(0)
+    group.give_back(taken)
+    await asyncio.wait_for(asyncio.gather(waiting, later), 1)
+    assert sorted(id_ for ids in flushed for id_ in ids) == [1, 2]
