@@ -18,7 +18,8 @@ import aio_pika
 import aiormq
 import psycopg
 import structlog
-from aio_pika.abc import AbstractConnection, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractConnection
+from aiormq.abc import DeliveredMessage
 from sqlalchemy import exc as sa_exc
 from tenacity import (
     AsyncRetrying,
@@ -140,10 +141,14 @@ class Worker:
                 self._publisher = await EventPublisher.open(connection, self.topology)
                 channel = await connection.channel()
                 await channel.set_qos(prefetch_count=self.settings.prefetch)
-                queue = await channel.get_queue(self.topology.worker_queue, ensure=False)
-                tag = await queue.consume(self._on_delivery)
+                # Deliveries come straight from aiormq: aio-pika's IncomingMessage and its
+                # second task per delivery are work the worker does not need.
+                consuming = await channel.get_underlay_channel()
+                queue = self.topology.worker_queue
+                tag = (await consuming.basic_consume(queue, self._on_delivery)).consumer_tag
+                assert tag is not None
                 self._consuming = True
-                log.info("consuming", queue=queue.name, prefetch=self.settings.prefetch)
+                log.info("consuming", queue=queue, prefetch=self.settings.prefetch)
                 # `closed()` only resolves on our own close; a broker-side close runs callbacks.
                 lost = asyncio.Event()
                 connection.close_callbacks.add(lambda *_: lost.set())
@@ -156,7 +161,7 @@ class Worker:
                     log.warning("broker connection lost; reconnecting")
                     return
                 closed.cancel()
-                await self._drain(queue, tag)
+                await self._drain(consuming, tag)
                 await self._batcher.close()
                 await self._flush_outbox()
         except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as error:
@@ -164,10 +169,10 @@ class Worker:
             log.warning("broker connection failed", error=repr(error))
             await self._pause(0.2)
 
-    async def _drain(self, queue: AbstractQueue, tag: str) -> None:
+    async def _drain(self, consuming: aiormq.abc.AbstractChannel, tag: str) -> None:
         """Stops taking new calls, then lets those in flight finish within the grace period."""
         with contextlib.suppress(aiormq.exceptions.AMQPError, OSError):
-            await queue.cancel(tag)
+            await consuming.basic_cancel(tag)
         if self._in_flight:
             log.info("draining in-flight calls", count=len(self._in_flight))
             _, pending = await asyncio.wait(
@@ -178,19 +183,20 @@ class Worker:
 
     # -- one delivery ----------------------------------------------------------------------
 
-    async def _on_delivery(self, message: AbstractIncomingMessage) -> None:
+    async def _on_delivery(self, message: DeliveredMessage) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
         started = time.perf_counter()
         try:
-            with structlog.contextvars.bound_contextvars(event_id=message.message_id):
+            event_id = message.header.properties.message_id
+            with structlog.contextvars.bound_contextvars(event_id=event_id):
                 await self._handle(message)
         finally:
             self.metrics.latency.observe(time.perf_counter() - started)
             self._in_flight.discard(task)
 
-    async def _handle(self, message: AbstractIncomingMessage) -> None:
+    async def _handle(self, message: DeliveredMessage) -> None:
         publisher = self._publisher
         assert publisher is not None
         try:
@@ -267,7 +273,7 @@ class Worker:
         return processed
 
     async def _deliver(
-        self, message: AbstractIncomingMessage, call: ToolCallRequested, processed: Processed
+        self, message: DeliveredMessage, call: ToolCallRequested, processed: Processed
     ) -> None:
         """Publishes what committed, marks it, then acks; a failure leaves it to redelivery."""
         publisher = self._publisher
@@ -287,7 +293,7 @@ class Worker:
             # redelivered call answers again from the stored result.
             log.warning("publishing failed; leaving the call for redelivery", error=repr(error))
             with contextlib.suppress(Exception):
-                await message.nack(requeue=True)
+                await _settle(message, requeue=True)
             return
         if processed.outbox:
             failpoints.reach("after_publish")
@@ -296,7 +302,7 @@ class Worker:
             except Exception as error:
                 log.warning("could not mark outbox rows published", error=repr(error))
             failpoints.reach("after_mark")
-        await message.ack()
+        await _settle(message)
         self.metrics.calls.labels(result.status.value, str(processed.replayed).lower()).inc()
         log.info(
             "tool call answered",
@@ -320,14 +326,12 @@ class Worker:
         )
         self.metrics.calls.labels(status.value, "false").inc()
 
-    async def _dead_letter(
-        self, message: AbstractIncomingMessage, reason: str, *, cause: str
-    ) -> None:
+    async def _dead_letter(self, message: DeliveredMessage, reason: str, *, cause: str) -> None:
         publisher = self._publisher
         assert publisher is not None
         log.warning("dead-lettering", reason=reason, routing_key=message.routing_key)
         await publisher.dead_letter(message, reason)
-        await message.ack()
+        await _settle(message)
         self.metrics.dead_lettered.labels(cause).inc()
 
     # -- the outbox sweep ------------------------------------------------------------------
@@ -374,3 +378,13 @@ class Worker:
             await self._sweep(min_age_s=0)
         except Exception as error:
             log.warning("could not flush the outbox at shutdown", error=repr(error))
+
+
+async def _settle(message: DeliveredMessage, *, requeue: bool | None = None) -> None:
+    """Acks, or with `requeue` nacks, without waiting for the socket to drain the frame."""
+    tag = message.delivery_tag
+    assert tag is not None
+    if requeue is None:
+        await message.channel.basic_ack(tag, wait=False)
+    else:
+        await message.channel.basic_nack(tag, requeue=requeue, wait=False)

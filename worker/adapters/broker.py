@@ -18,7 +18,8 @@ from typing import Final
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel
+from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, amqp_properties, encode_event
@@ -40,22 +41,20 @@ class EventPublisher:
         channel: AbstractChannel,
         raw: aiormq.Channel,
         topology: Topology,
-        dead_letter: AbstractExchange,
     ) -> None:
         self.channel = channel
         self._raw = raw
         self._events = topology.events_exchange
-        self._dead_letter = dead_letter
+        self._dead_letter = topology.dead_letter_exchange
 
     @classmethod
     async def open(
         cls, connection: aio_pika.abc.AbstractConnection, topology: Topology
     ) -> EventPublisher:
         channel = await connection.channel(publisher_confirms=True)
-        dead_letter = await channel.get_exchange(topology.dead_letter_exchange, ensure=False)
         raw = await channel.get_underlay_channel()
         assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
-        return cls(channel, raw, topology, dead_letter)
+        return cls(channel, raw, topology)
 
     async def publish_row(self, row: OutboxRow) -> None:
         """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
@@ -104,34 +103,41 @@ class EventPublisher:
             wait=False,
         )
 
-    async def dead_letter(self, message: AbstractIncomingMessage, reason: str) -> None:
+    async def dead_letter(self, message: DeliveredMessage, reason: str) -> None:
         """Republishes the delivery as it came, with why and when, to the dead-letter exchange.
 
         The caller acks the delivery after this returns: the copy is confirmed by then.
         """
-        headers = dict(message.headers or {})
+        came = message.header.properties
+        headers = dict(came.headers or {})
         headers[ERROR_HEADER] = reason[:_MAX_REASON]
         headers[FAILED_AT_HEADER] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         # Quorum queues count earlier deliveries; the copy keeps the total, since the
         # dead-letter queue's own count grows each time an operator lists it.
         previous = headers.get("x-delivery-count")
         headers[ATTEMPTS_HEADER] = (previous if isinstance(previous, int) else 0) + 1
-        copy = aio_pika.Message(
-            message.body,
+        properties = Basic.Properties(
+            content_type=came.content_type,
+            content_encoding=came.content_encoding,
             headers=headers,
-            content_type=message.content_type,
-            content_encoding=message.content_encoding,
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            priority=message.priority,
-            correlation_id=message.correlation_id,
-            reply_to=message.reply_to,
-            message_id=message.message_id,
-            timestamp=message.timestamp,
-            type=message.type,
-            user_id=message.user_id,
-            app_id=message.app_id,
+            delivery_mode=2,
+            priority=came.priority,
+            correlation_id=came.correlation_id,
+            reply_to=came.reply_to,
+            message_id=came.message_id,
+            timestamp=came.timestamp,
+            message_type=came.message_type,
+            user_id=came.user_id,
+            app_id=came.app_id,
         )
-        await self._dead_letter.publish(copy, message.routing_key or "", mandatory=False)
+        await self._raw.basic_publish(
+            message.body,
+            exchange=self._dead_letter,
+            routing_key=message.routing_key or "",
+            properties=properties,
+            mandatory=False,
+            wait=False,
+        )
 
 
 def _expiration(ttl_ms: int | None) -> str | None:
