@@ -1,8 +1,8 @@
 """The worker's own SQL for successful server-memory updates, as psycopg statements.
 
-The text is imported from `worker.adapters.database` (`_CLAIM`, `_APPLY`, `_FINISH`) and
-`worker.adapters.outbox` (`_MARK_PUBLISHED`), and compiled once with SQLAlchemy's psycopg
-dialect (`:name` → `%(name)s`), so the bench runs exactly the statements the worker runs.
+The text is imported from `worker.adapters.database` (`_CLAIM`, `_APPLY`, `_FINISH`, already
+compiled for psycopg there) and `worker.adapters.outbox` (`_MARK_PUBLISHED`, compiled with
+the worker's `psycopg_sql`), so the bench runs exactly the statements the worker runs.
 Their parameters come from the worker's own builders (`claim_params`, `apply_params`,
 `events_params`, `answers_params`) over the worker's own objects (`ToolCallRequested`,
 `PlannedWrite`, `OutgoingEvent`, `Answer`): each batch travels as one JSON parameter, and a
@@ -18,9 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import TextClause
-from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
-
 from contracts import ToolCallRequested
 from worker.adapters.database import (
     _APPLY,
@@ -31,6 +28,7 @@ from worker.adapters.database import (
     _waves,
     answers_params,
     apply_params,
+    psycopg_sql,
 )
 from worker.adapters.outbox import _MARK_PUBLISHED, OutgoingEvent, events_params
 from worker.core.model import MemoryWrite
@@ -46,19 +44,14 @@ __all__ = [
 ]
 
 
-def _compiled(statement: TextClause) -> str:
-    dialect = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
-    return str(statement.compile(dialect=dialect))
-
-
 # Claims the inbox rows and loads each call's server, persona and config in one statement.
-CLAIM: Final = _compiled(_CLAIM)
+CLAIM: Final = _CLAIM
 # The scoped writes and their revision rows, returning what the events need.
-APPLY: Final = _compiled(_APPLY)
+APPLY: Final = _APPLY
 # Queues the outbox rows and stores the results: the last statement before commit.
-FINISH: Final = _compiled(_FINISH)
+FINISH: Final = _FINISH
 # After the broker confirmed the events, in the next transaction (`outbox_ids`: ints).
-MARK_PUBLISHED: Final = _compiled(_MARK_PUBLISHED)
+MARK_PUBLISHED: Final = psycopg_sql(_MARK_PUBLISHED)
 
 
 def server_update(

@@ -14,16 +14,20 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from contracts import MemoryStatus, ResultData, ToolCallRequested
+from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event
 from worker.adapters.outbox import (
+    _MARK_PUBLISHED,
     OUTBOX_INSERT,
     OutboxRow,
-    OutboxStore,
     OutgoingEvent,
-    insert_events,
+    events_params,
+    outbox_rows,
 )
 from worker.adapters.revisions import REVISION_INSERT
 from worker.core.model import (
@@ -45,7 +49,22 @@ __all__ = [
     "apply_params",
     "claim_params",
     "create_engine",
+    "psycopg_sql",
 ]
+
+
+def psycopg_sql(statement: str | TextClause) -> str:
+    """The statement as psycopg takes it (`:name` becomes `%(name)s`), compiled once.
+
+    The pipeline's transaction runs on psycopg's own connection: SQLAlchemy's execution
+    layer (a greenlet switch and a result wrapper per statement) is work the hot path does
+    not need. SQLAlchemy still owns the pool, the other stores and the migrations.
+    """
+    clause = text(statement) if isinstance(statement, str) else statement
+    return str(clause.compile(dialect=_PSYCOPG))
+
+
+_PSYCOPG: Final = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
 
 def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
@@ -80,7 +99,7 @@ class Claim:
     state: ServerState | None
 
 
-_CLAIM: Final = text(
+_CLAIM: Final = psycopg_sql(
     """
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
@@ -108,14 +127,14 @@ _CLAIM: Final = text(
     """
 )
 
-_STORED_RESULTS: Final = text(
+_STORED_RESULTS: Final = psycopg_sql(
     """
     SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id
     FROM tool_call_inbox WHERE tool_call_id = ANY(:tool_call_ids)
     """
 )
 
-_DIRECTORY: Final = text(
+_DIRECTORY: Final = psycopg_sql(
     """
     SELECT m.user_disc_id, m.username, m.display_name, m.global_name, u.user_nickname, m.is_bot
     FROM guild_members AS m
@@ -125,7 +144,7 @@ _DIRECTORY: Final = text(
     """
 )
 
-_USER: Final = text(
+_USER: Final = psycopg_sql(
     """
     SELECT u.user_id, u.user_disc_id, u.privacy_level, u.user_nickname,
            EXISTS (
@@ -141,7 +160,7 @@ _USER: Final = text(
 # batches), and a change of the same memory by another transaction makes the lock wait, then
 # read the committed content: every revision's `content_before` is the previous revision's
 # `content_after`. The memory ids of one statement are distinct (see `_waves`).
-_APPLY: Final = text(
+_APPLY: Final = psycopg_sql(
     f"""
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:writes AS json)) AS i(
@@ -204,7 +223,7 @@ _APPLY: Final = text(
 
 # "Within reach" (BEHAVIOUR.md step 8): only memories the caller could address by calling
 # again are hinted at; anything else stays unmentioned.
-_PERSONAL_MEMORY_WITHIN_REACH: Final = text(
+_PERSONAL_MEMORY_WITHIN_REACH: Final = psycopg_sql(
     """
     SELECT EXISTS (
         SELECT 1 FROM personal_memories AS pm JOIN users AS u ON u.user_id = pm.user_id
@@ -221,7 +240,7 @@ _PERSONAL_MEMORY_WITHIN_REACH: Final = text(
     """
 )
 
-_SERVER_MEMORY_WITHIN_REACH: Final = text(
+_SERVER_MEMORY_WITHIN_REACH: Final = psycopg_sql(
     """
     SELECT EXISTS (
         SELECT 1 FROM server_memories
@@ -232,8 +251,10 @@ _SERVER_MEMORY_WITHIN_REACH: Final = text(
 )
 
 
+_MARK_PUBLISHED_SQL: Final = psycopg_sql(_MARK_PUBLISHED)
+
 # Every result and event of a batch in one round trip: the last statement before commit.
-_FINISH: Final = text(
+_FINISH: Final = psycopg_sql(
     f"""
     WITH queued AS ({OUTBOX_INSERT}), answered AS (
         UPDATE tool_call_inbox AS inbox
@@ -330,19 +351,24 @@ def apply_params(writes: Sequence[PlannedWrite], positions: Sequence[int]) -> di
 class ToolCallTransaction:
     """One transaction for a batch of tool calls: every read and write of the pipeline."""
 
-    def __init__(self, connection: AsyncConnection) -> None:
-        self._connection = connection
+    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        # Rows are named tuples: columns read as attributes, as the statements name them.
+        self._cursor: psycopg.AsyncCursor[Any] = connection.cursor(row_factory=namedtuple_row)
 
-    async def _one(self, statement: TextClause, **params: Any) -> Any:
-        result = await self._connection.execute(statement, params)
-        return result.one_or_none()
+    async def _all(self, statement: str, params: dict[str, Any]) -> list[Any]:
+        await self._cursor.execute(statement, params)
+        return await self._cursor.fetchall()
+
+    async def _one(self, statement: str, **params: Any) -> Any:
+        await self._cursor.execute(statement, params)
+        return await self._cursor.fetchone()
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
         """Writes the inbox rows first; calls answered before come back with their result.
 
         The tool_call_ids of `calls` are distinct.
         """
-        rows = await self._connection.execute(_CLAIM, claim_params(calls))
+        rows = await self._all(_CLAIM, claim_params(calls))
         by_id = {row.tool_call_id: row for row in rows}
         answered_before = [
             call.tool_call_id for call in calls if not by_id[call.tool_call_id].claimed
@@ -370,9 +396,7 @@ class ToolCallTransaction:
         return claims
 
     async def stored_results(self, tool_call_ids: Sequence[str]) -> dict[str, StoredResult]:
-        rows = await self._connection.execute(
-            _STORED_RESULTS, {"tool_call_ids": list(tool_call_ids)}
-        )
+        rows = await self._all(_STORED_RESULTS, {"tool_call_ids": list(tool_call_ids)})
         found: dict[str, StoredResult] = {}
         for row in rows:
             if row.result is None:
@@ -391,7 +415,7 @@ class ToolCallTransaction:
         return found
 
     async def load_directory(self, server_id: int) -> list[DirectoryMember]:
-        result = await self._connection.execute(_DIRECTORY, {"server_id": server_id})
+        result = await self._all(_DIRECTORY, {"server_id": server_id})
         return [
             DirectoryMember(
                 user_disc_id=row.user_disc_id,
@@ -420,7 +444,7 @@ class ToolCallTransaction:
         """The scoped writes and their revision rows; None where no memory matched."""
         written: list[WrittenMemory | None] = [None] * len(writes)
         for wave in _waves(writes):
-            rows = await self._connection.execute(_APPLY, apply_params(writes, wave))
+            rows = await self._all(_APPLY, apply_params(writes, wave))
             position_of = {writes[position].tool_call_id: position for position in wave}
             for row in rows:
                 written[position_of[row.tool_call_id]] = WrittenMemory(
@@ -447,17 +471,23 @@ class ToolCallTransaction:
                 server_id=write.server_id,
                 persona_lineage_id=write.persona_lineage_id,
             )
+        assert row is not None  # SELECT EXISTS returns one row
         return bool(row[0])
 
     async def finish(
         self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
         """Stores the results for idempotency and queues the events, in this transaction."""
-        return await insert_events(self._connection, _FINISH, events, **answers_params(answers))
+        bodies = [encode_event(outgoing.event) for outgoing in events]
+        rows = await self._all(
+            _FINISH, {**events_params(events, bodies), **answers_params(answers)}
+        )
+        return outbox_rows(events, bodies, {row.event_id: row.outbox_id for row in rows})
 
     async def mark_published(self, outbox_ids: Sequence[int]) -> None:
         """Earlier calls' outbox rows, confirmed by the broker since: marked in this commit."""
-        await OutboxStore.mark_published_in(self._connection, outbox_ids)
+        if outbox_ids:
+            await self._cursor.execute(_MARK_PUBLISHED_SQL, {"outbox_ids": list(outbox_ids)})
 
 
 def answers_params(answers: Sequence[Answer]) -> dict[str, str]:
@@ -497,8 +527,24 @@ class MemoryStore:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
         """Commits when the block ends normally, rolls back when it raises."""
-        async with self.engine.begin() as connection:
+        async with self.driver_transaction() as connection:
             yield ToolCallTransaction(connection)
+
+    @asynccontextmanager
+    async def driver_transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled psycopg connection in a transaction, committed when the block ends."""
+        async with self.engine.connect() as connection:
+            pooled = await connection.get_raw_connection()
+            driver = pooled.driver_connection
+            assert isinstance(driver, psycopg.AsyncConnection)
+            try:
+                async with driver.transaction():
+                    yield driver
+            except psycopg.OperationalError:
+                # A lost connection must not go back to the pool for the retry to take.
+                if driver.closed:
+                    await connection.invalidate()
+                raise
 
     async def close(self) -> None:
         await self.engine.dispose()

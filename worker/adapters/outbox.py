@@ -7,7 +7,7 @@ any worker when a crash or a lost broker left them behind.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -25,6 +25,7 @@ __all__ = [
     "OutgoingEvent",
     "events_params",
     "insert_events",
+    "outbox_rows",
     "queue_events",
 ]
 
@@ -99,7 +100,13 @@ async def insert_events(
 ) -> list[OutboxRow]:
     bodies = [encode_event(outgoing.event) for outgoing in events]
     rows = await connection.execute(statement, {**events_params(events, bodies), **params})
-    ids = {row.event_id: row.outbox_id for row in rows}
+    return outbox_rows(events, bodies, {row.event_id: row.outbox_id for row in rows})
+
+
+def outbox_rows(
+    events: Sequence[OutgoingEvent], bodies: Sequence[bytes], ids: Mapping[uuid.UUID, int]
+) -> list[OutboxRow]:
+    """The queued events as rows to publish, with the ids the insert returned."""
     return [
         OutboxRow(
             outbox_id=ids[outgoing.event.event_id],

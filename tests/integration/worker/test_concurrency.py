@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import psycopg
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts import MemoryStatus, ToolCallRequested
 from tests.integration.worker.checks import (
@@ -35,7 +35,9 @@ Step = Literal["claim", "apply"]
 
 
 class _RendezvousTransaction(ToolCallTransaction):
-    def __init__(self, connection: AsyncConnection, barrier: asyncio.Barrier, step: Step) -> None:
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], barrier: asyncio.Barrier, step: Step
+    ) -> None:
         super().__init__(connection)
         self._barrier = barrier
         self._step = step
@@ -61,7 +63,7 @@ class RendezvousStore(MemoryStore):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
-        async with self.engine.begin() as connection:
+        async with self.driver_transaction() as connection:
             yield _RendezvousTransaction(connection, self._barrier, self._step)
 
 

@@ -34,7 +34,7 @@ class CrashingStore(MemoryStore):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
-        async with self.engine.begin() as connection:
+        async with self.driver_transaction() as connection:
             yield _CrashingTransaction(connection)
 
 
