@@ -1,6 +1,7 @@
 """The broker limit: consume a call, publish the worker's events for it (confirmed), ack.
 
-`python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json --count N`
+`python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json --count N
+[--publish aio-pika|aiormq]`
 
 No database and no decoding: the least Python a consumer of this message shape can run.
 The queue is declared by `infra.topology.declare_topology`, as the worker does; each
@@ -8,6 +9,11 @@ delivery's events (the captured sample: same count, bodies, routing keys, time-t
 are published at once on a confirming channel, so up to prefetch × events confirms are
 outstanding, and the delivery is acked after its confirms, as the worker does. Exits after
 `--count` acks and prints one JSON line with its own view of the rate.
+
+`--publish aio-pika` (the limit the targets are set against) publishes with
+`Exchange.publish`, the least code; `--publish aiormq` publishes, consumes and acks on the
+underlying aiormq channel with `wait=False`, as the worker itself does, so that the worker
+can also be compared with a loop whose AMQP path is as lean as its own.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import uuid
 from pathlib import Path
 
 import aio_pika
+import aiormq
 import orjson
 from aio_pika.abc import AbstractIncomingMessage
+from aiormq.abc import DeliveredMessage
 
-from bench.samples import Sample, message_for
+from bench.samples import Sample, message_for, properties_for
 from contracts import Topology
 from infra.topology import declare_topology
 
@@ -31,7 +39,14 @@ __all__ = ["main", "run_loop"]
 
 
 async def run_loop(
-    amqp_url: str, prefix: str, sample: Sample, *, count: int, prefetch: int, timeout: float
+    amqp_url: str,
+    prefix: str,
+    sample: Sample,
+    *,
+    count: int,
+    prefetch: int,
+    timeout: float,
+    publish: str = "aio-pika",
 ) -> dict[str, float]:
     topology = Topology(prefix)
     connection = await aio_pika.connect(
@@ -50,10 +65,15 @@ async def run_loop(
         acked = 0
         first: float | None = None
 
-        async def on_delivery(message: AbstractIncomingMessage) -> None:
+        def delivered() -> None:
             nonlocal acked, first
             if first is None:
                 first = time.perf_counter()
+            acked += 1
+            if acked >= count:
+                done.set()
+
+        async def on_delivery(message: AbstractIncomingMessage) -> None:
             correlation_id = message.correlation_id or ""
             await asyncio.gather(
                 *(
@@ -66,11 +86,35 @@ async def run_loop(
                 )
             )
             await message.ack()
-            acked += 1
-            if acked >= count:
-                done.set()
+            delivered()
 
-        await queue.consume(on_delivery)
+        raw = await publisher.get_underlay_channel()
+        assert isinstance(raw, aiormq.Channel)
+
+        async def on_raw_delivery(message: DeliveredMessage) -> None:
+            correlation_id = message.header.properties.correlation_id or ""
+            await asyncio.gather(
+                *(
+                    raw.basic_publish(
+                        event.body,
+                        exchange=events.name,
+                        routing_key=event.routing_key,
+                        properties=properties_for(event, str(uuid.uuid4()), correlation_id),
+                        mandatory=False,
+                        wait=False,
+                    )
+                    for event in sample.events
+                )
+            )
+            assert message.delivery_tag is not None
+            await message.channel.basic_ack(message.delivery_tag, wait=False)
+            delivered()
+
+        if publish == "aiormq":
+            consuming = await channel.get_underlay_channel()
+            await consuming.basic_consume(queue.name, on_raw_delivery)
+        else:
+            await queue.consume(on_delivery)
         await asyncio.wait_for(done.wait(), timeout)
         assert first is not None
         seconds = time.perf_counter() - first
@@ -85,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--prefetch", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--publish", choices=("aio-pika", "aiormq"), default="aio-pika")
     args = parser.parse_args(argv)
     import uvloop
 
@@ -96,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             count=args.count,
             prefetch=args.prefetch,
             timeout=args.timeout,
+            publish=args.publish,
         )
     )
     sys.stdout.write(orjson.dumps(report).decode() + "\n")

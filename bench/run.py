@@ -9,7 +9,9 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    and 16 clients (`db_limit_tps` is the 1-client figure; `db_limit_tps_4`, `_16`); and
    `db_limit_batched_tps`, 2 clients with 32 calls per transaction, as the worker batches.
 2. `broker_limit_tps`: consume a call, publish the worker's events confirmed, ack; no
-   database (`bench.broker_loop`, on calls published before it starts).
+   database (`bench.broker_loop`, on calls published before it starts), with aio-pika's
+   `Exchange.publish`; and `broker_limit_aiormq_tps`, the same loop on aiormq with
+   `wait=False`, the AMQP path the worker itself takes (`ratio_vs_broker_aiormq`).
 3. `peer_tps`: a FastStream consumer doing the same transaction and events (`bench.peer`).
 4. The worker itself (`python -m worker.cli worker`): sustained `throughput` while a separate
    process publishes N calls, then publish-to-result latency at a fixed 200 calls/s.
@@ -45,8 +47,8 @@ from bench.machine import describe
 from bench.processes import Child, free_port
 from bench.samples import Sample, capture
 from bench.services import BenchServices, bench_services
-from bench.system import Bench, last_json_line, latency_run, throughput_run
-from bench.world import grow_memories, memory_count, pick_targets, reset_calls, seed_servers
+from bench.system import Bench, RunFigure, last_json_line, latency_run, throughput_run
+from bench.world import Target, grow_memories, memory_count, pick_targets, reset_calls, seed_servers
 
 __all__ = ["Config", "main", "render_table", "run_bench"]
 
@@ -55,6 +57,7 @@ RESULTS_PATH = Path(__file__).with_name("results.json")
 PHASES: Final = (
     "db_limit",
     "broker_limit",
+    "broker_limit_aiormq",
     "peer",
     "throughput",
     "latency",
@@ -211,6 +214,50 @@ async def _start_worker(bench: Bench, name: str) -> Child:
     return child
 
 
+async def _broker_loop(
+    bench: Bench,
+    config: Config,
+    sample_path: Path,
+    targets: Sequence[Target],
+    *,
+    publish: str,
+) -> tuple[RunFigure, float | None]:
+    """The broker-limit loop on calls published before it starts: its figure and own rate."""
+    services = bench.services
+    loop = bench.child(
+        f"broker-loop-{publish}",
+        "bench.broker_loop",
+        "--amqp-url",
+        services.amqp_url,
+        "--prefix",
+        services.amqp_prefix,
+        "--sample",
+        str(sample_path),
+        "--count",
+        str(config.broker_calls),
+        "--publish",
+        publish,
+        env=services.env(),
+    )
+    try:
+        figure = await throughput_run(
+            bench,
+            f"broker-{publish}",
+            targets,
+            calls=config.broker_calls,
+            warmup=0,
+            timeout=_timeout(config.broker_calls),
+            consumer=loop,
+            prepublished=True,
+        )
+        if not figure.capped:
+            await loop.wait_exit(30)
+    finally:
+        loop.kill()
+    own = None if figure.capped else round(last_json_line(loop.output())["rate"], 1)
+    return figure, own
+
+
 async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
     """Every phase, in order; returns the results document."""
     task = asyncio.current_task()
@@ -298,41 +345,17 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     results["db_limit_batched_tps"] = round(batched.tps, 1)
                     _say(f"  db limit, 2 x {config.db_batch} calls: {batched.tps:.0f} calls/s")
 
-        if phases.wanted("broker_limit"):
-            async with phases.phase("broker_limit"):
+        for phase, publish in (("broker_limit", "aio-pika"), ("broker_limit_aiormq", "aiormq")):
+            if not phases.wanted(phase):
+                continue
+            async with phases.phase(phase):
                 assert sample is not None, "no sample events"
-                loop = bench.child(
-                    "broker-loop",
-                    "bench.broker_loop",
-                    "--amqp-url",
-                    services.amqp_url,
-                    "--prefix",
-                    services.amqp_prefix,
-                    "--sample",
-                    str(sample_path),
-                    "--count",
-                    str(config.broker_calls),
-                    env=services.env(),
+                figure, own = await _broker_loop(
+                    bench, config, sample_path, targets, publish=publish
                 )
-                try:
-                    figure = await throughput_run(
-                        bench,
-                        "broker",
-                        targets,
-                        calls=config.broker_calls,
-                        warmup=0,
-                        timeout=_timeout(config.broker_calls),
-                        consumer=loop,
-                        prepublished=True,
-                    )
-                    if not figure.capped:
-                        await loop.wait_exit(30)
-                finally:
-                    loop.kill()
-                own = None if figure.capped else round(last_json_line(loop.output())["rate"], 1)
-                details["broker_limit"] = {**figure.as_dict(), "loop_own_rate": own}
-                results["broker_limit_tps"] = round(figure.tps, 1)
-                _say(f"  broker limit: {figure.tps:.0f} calls/s")
+                details[phase] = {**figure.as_dict(), "loop_own_rate": own, "publish": publish}
+                results[f"{phase}_tps"] = round(figure.tps, 1)
+                _say(f"  broker limit ({publish} publishes): {figure.tps:.0f} calls/s")
 
         if phases.wanted("peer"):
             async with phases.phase("peer"):
@@ -476,6 +499,10 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
     throughput = results.get("throughput")
     if throughput and results.get("broker_limit_tps"):
         results["ratio_vs_broker"] = round(throughput / results["broker_limit_tps"], 3)
+    if throughput and results.get("broker_limit_aiormq_tps"):
+        results["ratio_vs_broker_aiormq"] = round(
+            throughput / results["broker_limit_aiormq_tps"], 3
+        )
     if throughput and results.get("peer_tps"):
         results["ratio_vs_peer"] = round(throughput / results["peer_tps"], 3)
     results["targets"] = evaluate(results)
@@ -561,7 +588,13 @@ def render_table(results: dict[str, Any]) -> str:
             "",
             "",
         ),
-        ("broker_limit_tps", _fmt(broker, " /s"), "", ""),
+        ("broker_limit_tps (aio-pika loop)", _fmt(broker, " /s"), "", ""),
+        (
+            "broker_limit_aiormq_tps (aiormq loop)",
+            _fmt(results.get("broker_limit_aiormq_tps"), " /s"),
+            "",
+            "",
+        ),
         ("peer_tps (FastStream)", _fmt(peer, " /s"), "", ""),
         ("throughput (worker)", _fmt(results.get("throughput"), " /s"), "", ""),
         ("throughput_prepublished", _fmt(results.get("throughput_prepublished"), " /s"), "", ""),
@@ -572,6 +605,7 @@ def render_table(results: dict[str, Any]) -> str:
             + (f" ({0.75 * broker:,.0f} /s)" if isinstance(broker, float) else ""),
             verdict("ratio_vs_broker"),
         ),
+        ("ratio_vs_broker_aiormq", _fmt(results.get("ratio_vs_broker_aiormq")), "", ""),
         (
             "ratio_vs_peer",
             _fmt(results.get("ratio_vs_peer")),

@@ -17,12 +17,14 @@ from typing import Any
 import aio_pika
 import orjson
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+from pamqp.commands import Basic
 
 from bench.amqp import call_message
 from bench.world import Target, content_for, tool_call
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
+from worker.adapters.broker import event_properties
 
-__all__ = ["Sample", "SampleEvent", "capture", "message_for"]
+__all__ = ["Sample", "SampleEvent", "capture", "message_for", "properties_for"]
 
 _QUIET_S = 1.0
 
@@ -158,8 +160,15 @@ def _event(message: AbstractIncomingMessage) -> SampleEvent:
     )
 
 
+def properties_for(event: SampleEvent, message_id: str, correlation_id: str) -> Basic.Properties:
+    """The event's properties as the worker's `EventPublisher.publish_row` builds them."""
+    return event_properties(
+        message_id, event.event_type, correlation_id if event.correlated else None, event.ttl_ms
+    )
+
+
 def message_for(event: SampleEvent, message_id: str, correlation_id: str) -> aio_pika.Message:
-    """The event as the worker's `EventPublisher.publish_row` sends it."""
+    """The event with the same properties, as an aio-pika message."""
     return aio_pika.Message(
         event.body,
         content_type=CONTENT_TYPE,

@@ -22,10 +22,16 @@ from aio_pika.abc import AbstractChannel
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, amqp_properties, encode_event
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
 from worker.adapters.outbox import OutboxRow
 
-__all__ = ["ATTEMPTS_HEADER", "ERROR_HEADER", "FAILED_AT_HEADER", "EventPublisher"]
+__all__ = [
+    "ATTEMPTS_HEADER",
+    "ERROR_HEADER",
+    "FAILED_AT_HEADER",
+    "EventPublisher",
+    "event_properties",
+]
 
 ERROR_HEADER: Final = "x-ltm-error"
 FAILED_AT_HEADER: Final = "x-ltm-failed-at"
@@ -58,21 +64,13 @@ class EventPublisher:
 
     async def publish_row(self, row: OutboxRow) -> None:
         """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
-        properties = Basic.Properties(
-            content_type=CONTENT_TYPE,
-            delivery_mode=2,
-            message_id=str(row.event_id),
-            correlation_id=row.correlation_id,
-            message_type=row.event_type,
-            timestamp=datetime.now(UTC),
-            headers={"schema_version": SCHEMA_VERSION},
-            expiration=_expiration(row.ttl_ms),
-        )
         await self._raw.basic_publish(
             row.body,
             exchange=self._events,
             routing_key=row.routing_key,
-            properties=properties,
+            properties=event_properties(
+                str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms
+            ),
             mandatory=False,
             wait=False,
         )
@@ -83,22 +81,13 @@ class EventPublisher:
 
     async def publish_event(self, event: Event, routing_key: str, ttl_ms: int | None) -> None:
         """Straight to the broker, for what the database could not hold (or holds already)."""
-        plain = amqp_properties(event)
-        properties = Basic.Properties(
-            content_type=plain["content_type"],
-            delivery_mode=plain["delivery_mode"],
-            message_id=plain["message_id"],
-            correlation_id=plain["correlation_id"],
-            message_type=plain["type"],
-            timestamp=plain["timestamp"],
-            headers=plain["headers"],
-            expiration=_expiration(ttl_ms),
-        )
         await self._raw.basic_publish(
             encode_event(event),
             exchange=self._events,
             routing_key=routing_key,
-            properties=properties,
+            properties=event_properties(
+                str(event.event_id), event.event_type, event.correlation_id, ttl_ms
+            ),
             mandatory=False,
             wait=False,
         )
@@ -140,6 +129,18 @@ class EventPublisher:
         )
 
 
-def _expiration(ttl_ms: int | None) -> str | None:
-    # Milliseconds, as a string; the broker wants at least one.
-    return None if ttl_ms is None else str(max(ttl_ms, 1))
+def event_properties(
+    event_id: str, event_type: str, correlation_id: str | None, ttl_ms: int | None
+) -> Basic.Properties:
+    """The basic properties of an event (CONTRACT.md), time to live included."""
+    return Basic.Properties(
+        content_type=CONTENT_TYPE,
+        delivery_mode=2,
+        message_id=event_id,
+        correlation_id=correlation_id,
+        message_type=event_type,
+        timestamp=datetime.now(UTC),
+        headers={"schema_version": SCHEMA_VERSION},
+        # Milliseconds, as a string; the broker wants at least one.
+        expiration=None if ttl_ms is None else str(max(ttl_ms, 1)),
+    )
