@@ -256,14 +256,14 @@ class Worker:
             async for attempt in retrying:
                 with attempt:
                     async with self.store.transaction() as tx:
+                        if marks is not None:
+                            await tx.mark_published(marks.ids)
                         processed = await process_tool_calls(
                             calls,
                             tx,
                             max_memory_length=self.settings.max_memory_length,
                             reply_ttl_ms=self._reply_ttl_ms,
                         )
-                        if marks is not None:
-                            await tx.mark_published(marks.ids)
         except BaseException:
             if marks is not None:
                 self._published.give_back(marks)
