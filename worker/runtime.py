@@ -60,7 +60,7 @@ _SWEEP_MIN_AGE_S: Final = 5.0
 _RECONNECT_MAX_S: Final = 5.0
 # Marking rows published delays only the ack, not the result. Under load the next batch's
 # transaction marks them before this runs out; when idle, one UPDATE marks all that came.
-_MARK_LINGER_S: Final = 0.025
+_MARK_LINGER_S: Final = 0.05
 
 
 def is_transient(error: BaseException) -> bool:
