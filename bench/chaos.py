@@ -1431,6 +1431,15 @@ async def _delete_topology(settings: Settings, topology: Topology, shards: int) 
 # -- the command ---------------------------------------------------------------------------
 
 
+def _cluster_name(database_url: str) -> str:
+    """Debian's clusters name themselves VERSION/NAME, as pg_ctlcluster wants them."""
+    import psycopg
+
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("SHOW cluster_name").fetchone()
+    return str(row[0]) if row and row[0] else "15/main"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.chaos",
@@ -1449,10 +1458,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--publish-seconds", type=float, default=None)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--pg-cluster", default="15/main", help="VERSION/NAME for pg_ctlcluster")
+    parser.add_argument(
+        "--pg-cluster",
+        default=None,
+        help="VERSION/NAME for pg_ctlcluster (default: the server's own cluster_name)",
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    version, _, cluster = str(args.pg_cluster).partition("/")
 
     from infra.logs import configure_logging
 
@@ -1461,6 +1473,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("aiormq", "aio_pika"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     with test_services() as services:
+        version, _, cluster = str(
+            args.pg_cluster or _cluster_name(services.database_url)
+        ).partition("/")
         report = asyncio.run(
             run_chaos(
                 services,

@@ -108,7 +108,7 @@ class GatewayCaches(Generic[P, U]):
     def from_settings(
         cls, settings: Settings, *, clock: Callable[[], float] = time.monotonic
     ) -> GatewayCaches[Any, Any]:
-        return GatewayCaches(
+        return cls(
             TTLCache(settings.persona_cache_ttl_s, clock=clock),
             TTLCache(settings.user_cache_ttl_s, clock=clock),
         )

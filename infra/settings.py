@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts import DEFAULT_PREFIX
+
 __all__ = ["Settings"]
 
 
@@ -13,7 +15,7 @@ class Settings(BaseSettings):
 
     database_url: str = "postgresql://localhost/ltm"
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
-    amqp_prefix: str = "ltm"
+    amqp_prefix: str = DEFAULT_PREFIX
     max_memory_length: int = Field(default=1000, ge=1)
     shard_count: int = Field(default=1, ge=1)
     db_retry_seconds: float = Field(default=10.0, ge=0)

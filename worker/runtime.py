@@ -197,8 +197,6 @@ class Worker:
             self._in_flight.discard(task)
 
     async def _handle(self, message: DeliveredMessage) -> None:
-        publisher = self._publisher
-        assert publisher is not None
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:

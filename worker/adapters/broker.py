@@ -64,15 +64,11 @@ class EventPublisher:
 
     async def publish_row(self, row: OutboxRow) -> None:
         """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
-        await self._raw.basic_publish(
+        await self._publish(
+            self._events,
             row.body,
-            exchange=self._events,
-            routing_key=row.routing_key,
-            properties=event_properties(
-                str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms
-            ),
-            mandatory=False,
-            wait=False,
+            row.routing_key,
+            event_properties(str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms),
         )
 
     async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
@@ -81,15 +77,11 @@ class EventPublisher:
 
     async def publish_event(self, event: Event, routing_key: str, ttl_ms: int | None) -> None:
         """Straight to the broker, for what the database could not hold (or holds already)."""
-        await self._raw.basic_publish(
+        await self._publish(
+            self._events,
             encode_event(event),
-            exchange=self._events,
-            routing_key=routing_key,
-            properties=event_properties(
-                str(event.event_id), event.event_type, event.correlation_id, ttl_ms
-            ),
-            mandatory=False,
-            wait=False,
+            routing_key,
+            event_properties(str(event.event_id), event.event_type, event.correlation_id, ttl_ms),
         )
 
     async def dead_letter(self, message: DeliveredMessage, reason: str) -> None:
@@ -119,10 +111,15 @@ class EventPublisher:
             user_id=came.user_id,
             app_id=came.app_id,
         )
+        await self._publish(self._dead_letter, message.body, message.routing_key or "", properties)
+
+    async def _publish(
+        self, exchange: str, body: bytes, routing_key: str, properties: Basic.Properties
+    ) -> None:
         await self._raw.basic_publish(
-            message.body,
-            exchange=self._dead_letter,
-            routing_key=message.routing_key or "",
+            body,
+            exchange=exchange,
+            routing_key=routing_key,
             properties=properties,
             mandatory=False,
             wait=False,

@@ -10,10 +10,10 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import orjson
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts import Event, encode_event
@@ -24,7 +24,6 @@ __all__ = [
     "OutboxStore",
     "OutgoingEvent",
     "events_params",
-    "insert_events",
     "outbox_rows",
     "queue_events",
 ]
@@ -89,17 +88,8 @@ async def queue_events(
     connection: AsyncConnection, events: Sequence[OutgoingEvent]
 ) -> list[OutboxRow]:
     """Queues events in the outbox inside the caller's transaction."""
-    return await insert_events(connection, _QUEUE, events)
-
-
-async def insert_events(
-    connection: AsyncConnection,
-    statement: TextClause,
-    events: Sequence[OutgoingEvent],
-    **params: Any,
-) -> list[OutboxRow]:
     bodies = [encode_event(outgoing.event) for outgoing in events]
-    rows = await connection.execute(statement, {**events_params(events, bodies), **params})
+    rows = await connection.execute(_QUEUE, events_params(events, bodies))
     return outbox_rows(events, bodies, {row.event_id: row.outbox_id for row in rows})
 
 
@@ -156,10 +146,9 @@ class OutboxStore:
         self.engine = engine
 
     async def mark_published(self, outbox_ids: Sequence[int]) -> None:
-        if not outbox_ids:
-            return
-        async with self.engine.begin() as connection:
-            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
+        if outbox_ids:
+            async with self.engine.begin() as connection:
+                await self.mark_published_in(connection, outbox_ids)
 
     @asynccontextmanager
     async def unpublished(

@@ -159,7 +159,7 @@ async def test_group_commit_lingers_so_that_callers_just_after_share_the_flush()
 
     group = GroupCommit(flush, linger_s=0.2)
     first = asyncio.create_task(group.submit([1]))
-    await asyncio.sleep(0)  # the flush is under way, lingering
+    await asyncio.sleep(0.05)  # well inside the linger: nothing may be flushed yet
     assert flushed == []
     await asyncio.gather(first, group.submit([2]))
     assert flushed == [[1, 2]]
