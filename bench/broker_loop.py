@@ -1,14 +1,15 @@
 """The broker limit: consume a call, publish the worker's events for it (confirmed), ack.
 
-`python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json --count N
-[--publish aio-pika|aiormq]`
+`python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json
+[--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]`
 
 No database and no decoding: the least Python a consumer of this message shape can run.
 The queue is declared by `infra.topology.declare_topology`, as the worker does; each
 delivery's events (the captured sample: same count, bodies, routing keys, time-to-live)
 are published at once on a confirming channel, so up to prefetch × events confirms are
-outstanding, and the delivery is acked after its confirms, as the worker does. Exits after
-`--count` acks and prints one JSON line with its own view of the rate.
+outstanding, and the delivery is acked after its confirms, as the worker does. It runs
+like the worker, until SIGTERM, and touches `--ready-file` once it consumes; the bench
+counts its results exactly as it counts the worker's.
 
 `--publish aio-pika` (the limit the targets are set against) publishes with
 `Exchange.publish`, the least code; `--publish aiormq` publishes, consumes and acks on the
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-import time
+import signal
 import uuid
 from pathlib import Path
 
 import aio_pika
 import aiormq
-import orjson
 from aio_pika.abc import AbstractIncomingMessage
 from aiormq.abc import DeliveredMessage
 
@@ -43,11 +42,12 @@ async def run_loop(
     prefix: str,
     sample: Sample,
     *,
-    count: int,
     prefetch: int,
-    timeout: float,
+    stop: asyncio.Event,
+    ready_file: Path | None = None,
     publish: str = "aio-pika",
-) -> dict[str, float]:
+) -> None:
+    """Consumes and answers until `stop` is set."""
     topology = Topology(prefix)
     connection = await aio_pika.connect(
         amqp_url, client_properties={"connection_name": "ltm-bench-broker-loop"}
@@ -61,17 +61,6 @@ async def run_loop(
         channel = await connection.channel()
         await channel.set_qos(prefetch_count=prefetch)
         queue = await channel.get_queue(topology.worker_queue, ensure=False)
-        done = asyncio.Event()
-        acked = 0
-        first: float | None = None
-
-        def delivered() -> None:
-            nonlocal acked, first
-            if first is None:
-                first = time.perf_counter()
-            acked += 1
-            if acked >= count:
-                done.set()
 
         async def on_delivery(message: AbstractIncomingMessage) -> None:
             correlation_id = message.correlation_id or ""
@@ -86,7 +75,6 @@ async def run_loop(
                 )
             )
             await message.ack()
-            delivered()
 
         raw = await publisher.get_underlay_channel()
         assert isinstance(raw, aiormq.Channel)
@@ -108,17 +96,15 @@ async def run_loop(
             )
             assert message.delivery_tag is not None
             await message.channel.basic_ack(message.delivery_tag, wait=False)
-            delivered()
 
         if publish == "aiormq":
             consuming = await channel.get_underlay_channel()
             await consuming.basic_consume(queue.name, on_raw_delivery)
         else:
             await queue.consume(on_delivery)
-        await asyncio.wait_for(done.wait(), timeout)
-        assert first is not None
-        seconds = time.perf_counter() - first
-    return {"acked": acked, "seconds": seconds, "rate": acked / seconds}
+        if ready_file is not None:
+            await asyncio.to_thread(ready_file.touch)
+        await stop.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,25 +112,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--amqp-url", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--sample", type=Path, required=True)
-    parser.add_argument("--count", type=int, required=True)
-    parser.add_argument("--prefetch", type=int, default=64)
-    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--prefetch", type=int, default=256)
+    parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--publish", choices=("aio-pika", "aiormq"), default="aio-pika")
     args = parser.parse_args(argv)
     import uvloop
 
-    report = uvloop.run(
-        run_loop(
+    async def until_terminated() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await run_loop(
             args.amqp_url,
             args.prefix,
             Sample.load(args.sample),
-            count=args.count,
             prefetch=args.prefetch,
-            timeout=args.timeout,
+            stop=stop,
+            ready_file=args.ready_file,
             publish=args.publish,
         )
-    )
-    sys.stdout.write(orjson.dumps(report).decode() + "\n")
+
+    uvloop.run(until_terminated())
     return 0
 
 

@@ -9,9 +9,11 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    and 16 clients (`db_limit_tps` is the 1-client figure; `db_limit_tps_4`, `_16`); and
    `db_limit_batched_tps`, 2 clients with 32 calls per transaction, as the worker batches.
 2. `broker_limit_tps`: consume a call, publish the worker's events confirmed, ack; no
-   database (`bench.broker_loop`, on calls published before it starts), with aio-pika's
-   `Exchange.publish`; and `broker_limit_aiormq_tps`, the same loop on aiormq with
-   `wait=False`, the AMQP path the worker itself takes (`ratio_vs_broker_aiormq`).
+   database (`bench.broker_loop`), with aio-pika's `Exchange.publish`, driven exactly as
+   the worker's `throughput` is (a separate publisher running, after a warm-up, the worker's
+   prefetch); `broker_limit_aiormq_tps`, the same loop on aiormq with `wait=False`, the AMQP
+   path the worker itself takes; `broker_limit_prepublished_tps`, the aio-pika loop on a
+   queue filled before it starts, the counterpart of `throughput_prepublished`.
 3. `peer_tps`: a FastStream consumer doing the same transaction and events (`bench.peer`).
 4. The worker itself (`python -m worker.cli worker`): sustained `throughput` while a separate
    process publishes N calls, then publish-to-result latency at a fixed 200 calls/s.
@@ -47,17 +49,21 @@ from bench.machine import describe
 from bench.processes import Child, free_port
 from bench.samples import Sample, capture
 from bench.services import BenchServices, bench_services
-from bench.system import Bench, RunFigure, last_json_line, latency_run, throughput_run
+from bench.system import Bench, RunFigure, latency_run, throughput_run
 from bench.world import Target, grow_memories, memory_count, pick_targets, reset_calls, seed_servers
+from infra.settings import Settings
 
 __all__ = ["Config", "main", "render_table", "run_bench"]
 
 RESULTS_PATH = Path(__file__).with_name("results.json")
+# Every consumer measured (the worker, the broker loop, the peer) takes as many calls at once.
+_WORKER_PREFETCH: Final = Settings().prefetch
 # In the order they run; the sample phase always runs, since the others replay its events.
 PHASES: Final = (
     "db_limit",
     "broker_limit",
     "broker_limit_aiormq",
+    "broker_limit_prepublished",
     "peer",
     "throughput",
     "latency",
@@ -221,11 +227,14 @@ async def _broker_loop(
     targets: Sequence[Target],
     *,
     publish: str,
-) -> tuple[RunFigure, float | None]:
-    """The broker-limit loop on calls published before it starts: its figure and own rate."""
+    prepublished: bool,
+) -> RunFigure:
+    """The broker-limit loop, driven and counted exactly as the worker is in the same mode."""
     services = bench.services
+    name = f"broker-{publish}" + ("-prepub" if prepublished else "")
+    ready = bench.workdir / f"{name}.ready"
     loop = bench.child(
-        f"broker-loop-{publish}",
+        name,
         "bench.broker_loop",
         "--amqp-url",
         services.amqp_url,
@@ -233,29 +242,30 @@ async def _broker_loop(
         services.amqp_prefix,
         "--sample",
         str(sample_path),
-        "--count",
-        str(config.broker_calls),
+        "--prefetch",
+        str(_WORKER_PREFETCH),
+        "--ready-file",
+        str(ready),
         "--publish",
         publish,
         env=services.env(),
     )
     try:
-        figure = await throughput_run(
+        if not prepublished:
+            loop.start()
+            await loop.wait_file(ready)
+        return await throughput_run(
             bench,
-            f"broker-{publish}",
+            name.replace("-", ""),
             targets,
             calls=config.broker_calls,
-            warmup=0,
+            warmup=0 if prepublished else config.warmup,
             timeout=_timeout(config.broker_calls),
             consumer=loop,
-            prepublished=True,
+            prepublished=prepublished,
         )
-        if not figure.capped:
-            await loop.wait_exit(30)
     finally:
-        loop.kill()
-    own = None if figure.capped else round(last_json_line(loop.output())["rate"], 1)
-    return figure, own
+        await loop.terminate()
 
 
 async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
@@ -345,17 +355,21 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     results["db_limit_batched_tps"] = round(batched.tps, 1)
                     _say(f"  db limit, 2 x {config.db_batch} calls: {batched.tps:.0f} calls/s")
 
-        for phase, publish in (("broker_limit", "aio-pika"), ("broker_limit_aiormq", "aiormq")):
+        for phase, publish, prepublished in (
+            ("broker_limit", "aio-pika", False),
+            ("broker_limit_aiormq", "aiormq", False),
+            ("broker_limit_prepublished", "aio-pika", True),
+        ):
             if not phases.wanted(phase):
                 continue
             async with phases.phase(phase):
                 assert sample is not None, "no sample events"
-                figure, own = await _broker_loop(
-                    bench, config, sample_path, targets, publish=publish
+                figure = await _broker_loop(
+                    bench, config, sample_path, targets, publish=publish, prepublished=prepublished
                 )
-                details[phase] = {**figure.as_dict(), "loop_own_rate": own, "publish": publish}
+                details[phase] = {**figure.as_dict(), "publish": publish}
                 results[f"{phase}_tps"] = round(figure.tps, 1)
-                _say(f"  broker limit ({publish} publishes): {figure.tps:.0f} calls/s")
+                _say(f"  {phase} ({publish} publishes): {figure.tps:.0f} calls/s")
 
         if phases.wanted("peer"):
             async with phases.phase("peer"):
@@ -368,6 +382,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         BENCH_PEER_DATABASE_URL=url,
                         BENCH_PEER_PREFIX=services.amqp_prefix,
                         BENCH_PEER_READY_FILE=str(ready),
+                        BENCH_PEER_PREFETCH=str(_WORKER_PREFETCH),
                     ),
                 ).start()
                 try:
@@ -407,12 +422,14 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
         if phases.wanted("latency"):
             async with phases.phase("latency"):
-                assert worker is not None and worker.running(), "no worker running"
+                if worker is None or not worker.running():
+                    worker = await _start_worker(bench, "worker-latency")
                 latency = await latency_run(
                     bench,
                     targets,
                     rate=config.latency_rate,
                     seconds=config.latency_seconds,
+                    warmup=config.warmup,
                     timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
                 )
                 details["latency"] = latency.as_dict()
@@ -496,15 +513,20 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 child.kill()
         await connection.close()
 
-    throughput = results.get("throughput")
-    if throughput and results.get("broker_limit_tps"):
-        results["ratio_vs_broker"] = round(throughput / results["broker_limit_tps"], 3)
-    if throughput and results.get("broker_limit_aiormq_tps"):
-        results["ratio_vs_broker_aiormq"] = round(
-            throughput / results["broker_limit_aiormq_tps"], 3
-        )
-    if throughput and results.get("peer_tps"):
-        results["ratio_vs_peer"] = round(throughput / results["peer_tps"], 3)
+    # Each ratio divides figures measured the same way: calls published during the run, or
+    # a full queue before the consumer starts.
+    for ratio, numerator, denominator in (
+        ("ratio_vs_broker", "throughput", "broker_limit_tps"),
+        ("ratio_vs_broker_aiormq", "throughput", "broker_limit_aiormq_tps"),
+        (
+            "ratio_vs_broker_prepublished",
+            "throughput_prepublished",
+            "broker_limit_prepublished_tps",
+        ),
+        ("ratio_vs_peer", "throughput", "peer_tps"),
+    ):
+        if results.get(numerator) and results.get(denominator):
+            results[ratio] = round(results[numerator] / results[denominator], 3)
     results["targets"] = evaluate(results)
     results["details"] = details
     results["phase_seconds"] = phases.seconds
@@ -595,6 +617,12 @@ def render_table(results: dict[str, Any]) -> str:
             "",
             "",
         ),
+        (
+            "broker_limit_prepublished_tps (full queue)",
+            _fmt(results.get("broker_limit_prepublished_tps"), " /s"),
+            "",
+            "",
+        ),
         ("peer_tps (FastStream)", _fmt(peer, " /s"), "", ""),
         ("throughput (worker)", _fmt(results.get("throughput"), " /s"), "", ""),
         ("throughput_prepublished", _fmt(results.get("throughput_prepublished"), " /s"), "", ""),
@@ -606,6 +634,12 @@ def render_table(results: dict[str, Any]) -> str:
             verdict("ratio_vs_broker"),
         ),
         ("ratio_vs_broker_aiormq", _fmt(results.get("ratio_vs_broker_aiormq")), "", ""),
+        (
+            "ratio_vs_broker_prepublished",
+            _fmt(results.get("ratio_vs_broker_prepublished")),
+            "",
+            "",
+        ),
         (
             "ratio_vs_peer",
             _fmt(results.get("ratio_vs_peer")),

@@ -250,10 +250,17 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 
 async def latency_run(
-    bench: Bench, targets: Sequence[Target], *, rate: float, seconds: float, timeout: float
+    bench: Bench,
+    targets: Sequence[Target],
+    *,
+    rate: float,
+    seconds: float,
+    warmup: int,
+    timeout: float,
 ) -> LatencyFigure:
     """Publish-to-result latency at a fixed offered rate, both timestamps taken here."""
     await reset_calls(bench.services.database_url)
+    await warm_up(bench, targets, warmup, timeout)
     run = bench.run_name("latency")
     count = max(1, round(rate * seconds))
     prepared = [
