@@ -1,10 +1,11 @@
 """The database limit: the worker's statements for one successful update, in a tight loop.
 
 Per call, on one psycopg 3 async connection with prepared statements, exactly what the
-worker sends, with the parameters its own builders make: claim the inbox row and load the
-server state, the scoped update with its revision, the finish statement (the outbox rows and
-the stored result), the mark of the previous transaction's outbox rows (confirmed by the
-broker meanwhile, as a busy worker marks them in its next commit), commit. Each client
+worker sends, with the parameters its own builders make, in the worker's own pipelined
+transaction: the mark of the previous transaction's outbox rows (confirmed by the broker
+meanwhile, as a busy worker marks them in its next commit) with the claim of the inbox row
+and the server state; the scoped update with its revision; the finish statement (the outbox
+rows and the stored result) with the commit. Each client
 updates its own share of the memories, so that clients do not wait on each other's row
 locks. With `batch` > 1, that many calls share each transaction (each statement takes the
 whole batch), which is what the worker does with calls that arrive together.
@@ -39,7 +40,7 @@ from bench.sql import (
 )
 from bench.world import Target, content_for, tool_call
 from contracts import Event, ToolCallRequested, decode_event
-from worker.adapters.database import Answer, PlannedWrite, claim_params
+from worker.adapters.database import Answer, PlannedWrite, claim_params, pipelined_transaction
 from worker.adapters.outbox import OutgoingEvent
 from worker.core.decide import success
 from worker.core.model import WrittenMemory
@@ -94,46 +95,46 @@ async def _one_transaction(
     cursor: psycopg.AsyncCursor[DictRow],
     calls: Sequence[tuple[ToolCallRequested, int, str]],
     outgoing: _Outgoing,
-    published: list[int],
-) -> tuple[int, list[int]]:
+    published: list[uuid.UUID],
+) -> tuple[int, list[uuid.UUID]]:
     """One transaction's statements for (call, memory id, content) triples, and the mark of
-    the previous transaction's outbox rows (`published`), as a busy worker commits them.
+    the previous transaction's outbox rows (`published`), as a busy worker commits them, in
+    the worker's own pipelined transaction (three round trips).
 
-    Returns how many calls found their memory, and the outbox ids this one queued.
+    Returns how many calls found their memory, and the event ids this one queued.
     """
     requests = [call for call, _, _ in calls]
-    await cursor.execute(CLAIM, claim_params(requests), prepare=True)
-    states = {row["tool_call_id"]: row for row in await cursor.fetchall()}
-    writes: list[PlannedWrite] = []
-    for call, memory_id, content in calls:
-        state = states[call.tool_call_id]
-        assert state["claimed"] and state["server_id"] is not None, state
-        writes.append(server_update(call, state, memory_id=memory_id, content=content))
-    written: dict[str, WrittenMemory] = {}
-    for params in apply_batches(writes):
-        await cursor.execute(APPLY, params, prepare=True)
-        for row in await cursor.fetchall():
-            written[row["tool_call_id"]] = WrittenMemory(
-                revision_id=row["revision_id"],
-                content_before=row["content_before"],
-                persona_lineage_id=row["persona_lineage_id"],
-            )
-    answers: list[Answer] = []
-    events: list[OutgoingEvent] = []
-    bodies: list[bytes] = []
-    for call, planned in zip(requests, writes, strict=True):
-        memory = written.get(call.tool_call_id)
-        if memory is None:
-            continue  # not the bench's case: its memories exist; counted as a failure
-        answers.append(Answer(call.tool_call_id, *success(planned.write, memory)))
-        events.extend(outgoing.for_call(call))
-        bodies.extend(outgoing.bodies)
-    await cursor.execute(FINISH, finish_params(answers, events, bodies), prepare=True)
-    outbox_ids = [row["outbox_id"] for row in await cursor.fetchall()]
-    if published:
-        await cursor.execute(MARK_PUBLISHED, {"outbox_ids": published}, prepare=True)
-    await connection.commit()
-    return len(written), outbox_ids
+    async with pipelined_transaction(connection):
+        if published:
+            await cursor.execute(MARK_PUBLISHED, {"event_ids": published}, prepare=True)
+        await cursor.execute(CLAIM, claim_params(requests), prepare=True)
+        states = {row["tool_call_id"]: row for row in await cursor.fetchall()}
+        writes: list[PlannedWrite] = []
+        for call, memory_id, content in calls:
+            state = states[call.tool_call_id]
+            assert state["claimed"] and state["server_id"] is not None, state
+            writes.append(server_update(call, state, memory_id=memory_id, content=content))
+        written: dict[str, WrittenMemory] = {}
+        for params in apply_batches(writes):
+            await cursor.execute(APPLY, params, prepare=True)
+            for row in await cursor.fetchall():
+                written[row["tool_call_id"]] = WrittenMemory(
+                    revision_id=row["revision_id"],
+                    content_before=row["content_before"],
+                    persona_lineage_id=row["persona_lineage_id"],
+                )
+        answers: list[Answer] = []
+        events: list[OutgoingEvent] = []
+        bodies: list[bytes] = []
+        for call, planned in zip(requests, writes, strict=True):
+            memory = written.get(call.tool_call_id)
+            if memory is None:
+                continue  # not the bench's case: its memories exist; counted as a failure
+            answers.append(Answer(call.tool_call_id, *success(planned.write, memory)))
+            events.extend(outgoing.for_call(call))
+            bodies.extend(outgoing.bodies)
+        await cursor.execute(FINISH, finish_params(answers, events, bodies), prepare=True)
+    return len(written), [outgoing.event.event_id for outgoing in events]
 
 
 def _call(
@@ -173,7 +174,7 @@ async def _client(
         outgoing = _Outgoing.of(sample)
         templates: dict[Target, ToolCallRequested] = {}
         number = 0
-        published: list[int] = []
+        published: list[uuid.UUID] = []
 
         async def transaction() -> int:
             nonlocal number, published

@@ -154,7 +154,6 @@ async def update_memory(call: ToolCallRequested) -> None:
         assert isinstance(result, ToolCallCompleted)
         answer = Answer(call.tool_call_id, result.status, result.message, result.data)
         await cursor.execute(FINISH, finish_params([answer], outgoing, bodies))
-        outbox_ids = [row["outbox_id"] for row in await cursor.fetchall()]  # type: ignore[call-overload]
     await asyncio.gather(
         *(
             _publish(item.event, body, item.routing_key, item.ttl_ms)
@@ -162,7 +161,9 @@ async def update_memory(call: ToolCallRequested) -> None:
         )
     )
     async with pool.connection() as connection:
-        await connection.execute(MARK_PUBLISHED, {"outbox_ids": outbox_ids})
+        await connection.execute(
+            MARK_PUBLISHED, {"event_ids": [item.event.event_id for item in outgoing]}
+        )
 
 
 def _events(

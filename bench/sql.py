@@ -50,7 +50,7 @@ CLAIM: Final = _CLAIM
 APPLY: Final = _APPLY
 # Queues the outbox rows and stores the results: the last statement before commit.
 FINISH: Final = _FINISH
-# After the broker confirmed the events, in the next transaction (`outbox_ids`: ints).
+# After the broker confirmed the events, in the next transaction (`event_ids`: UUIDs).
 MARK_PUBLISHED: Final = psycopg_sql(_MARK_PUBLISHED)
 
 

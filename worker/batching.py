@@ -18,6 +18,7 @@ __all__ = ["CallBatcher", "GroupCommit", "TakenFlush"]
 
 Call = TypeVar("Call")
 Result = TypeVar("Result")
+Id = TypeVar("Id")
 
 
 @dataclass
@@ -120,10 +121,10 @@ def _fail(waiting: _Waiting[Call, Result], error: BaseException) -> None:
 
 
 @dataclass
-class TakenFlush:
+class TakenFlush(Generic[Id]):
     """Ids handed to a transaction that was going to commit anyway; it reports back."""
 
-    ids: list[int]
+    ids: list[Id]
     done: asyncio.Future[None]
 
     def flushed(self) -> None:
@@ -131,7 +132,7 @@ class TakenFlush:
             self.done.set_result(None)
 
 
-class GroupCommit:
+class GroupCommit(Generic[Id]):
     """Many callers' ids, one `flush` call for all that arrived while the last one ran.
 
     A transaction that is about to commit anyway may `take` what waits and write it itself,
@@ -139,20 +140,20 @@ class GroupCommit:
     """
 
     def __init__(
-        self, flush: Callable[[list[int]], Awaitable[None]], *, linger_s: float = 0.0
+        self, flush: Callable[[list[Id]], Awaitable[None]], *, linger_s: float = 0.0
     ) -> None:
         self._flush = flush
         self._linger_s = linger_s
-        self._pending: list[int] = []
+        self._pending: list[Id] = []
         self._next: asyncio.Future[None] | None = None
         self._running = False
         self._task: asyncio.Task[None] | None = None
 
-    async def submit(self, ids: Sequence[int]) -> None:
+    async def submit(self, ids: Sequence[Id]) -> None:
         """Returns once a flush that included `ids` has completed (or raises its error)."""
         await self._waiter_for(ids)
 
-    def take(self) -> TakenFlush | None:
+    def take(self) -> TakenFlush[Id] | None:
         if not self._pending:
             return None
         ids, self._pending = self._pending, []
@@ -160,11 +161,11 @@ class GroupCommit:
         assert done is not None
         return TakenFlush(ids, done)
 
-    def give_back(self, taken: TakenFlush) -> None:
+    def give_back(self, taken: TakenFlush[Id]) -> None:
         """For a taker whose transaction failed: the ids wait for the next flush again."""
         _settle_with(self._waiter_for(taken.ids), taken.done)
 
-    def _waiter_for(self, ids: Sequence[int]) -> asyncio.Future[None]:
+    def _waiter_for(self, ids: Sequence[Id]) -> asyncio.Future[None]:
         self._pending.extend(ids)
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()

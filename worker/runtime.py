@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -91,7 +92,9 @@ class Worker:
             concurrency=min(self.settings.batch_concurrency, self.settings.db_pool_size),
             shared_fault=is_transient,
         )
-        self._published = GroupCommit(self.outbox.mark_published, linger_s=_MARK_LINGER_S)
+        self._published: GroupCommit[uuid.UUID] = GroupCommit(
+            self.outbox.mark_published, linger_s=_MARK_LINGER_S
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -296,7 +299,7 @@ class Worker:
         if processed.outbox:
             failpoints.reach("after_publish")
             try:
-                await self._published.submit([row.outbox_id for row in processed.outbox])
+                await self._published.submit([row.event_id for row in processed.outbox])
             except Exception as error:
                 log.warning("could not mark outbox rows published", error=repr(error))
             failpoints.reach("after_mark")
@@ -366,7 +369,7 @@ class Worker:
                 # An expired reply is stale news for the shard; it is dropped, not sent.
                 live = [row for row in rows if row.ttl_ms is None or row.ttl_ms > 0]
                 await publisher.publish_rows(live)
-                await self.outbox.mark_published_in(connection, [row.outbox_id for row in rows])
+                await self.outbox.mark_published_in(connection, [row.event_id for row in rows])
             handled += len(rows)
             self.metrics.outbox_swept.inc(len(live))
             log.info("outbox rows swept", published=len(live), expired=len(rows) - len(live))

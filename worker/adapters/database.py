@@ -8,6 +8,7 @@ few uses: the ORM stays off the hot path.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, Final
 
 import orjson
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from sqlalchemy import TextClause, text
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
@@ -99,6 +101,8 @@ class Claim:
     state: ServerState | None
 
 
+# Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
+# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
 _CLAIM: Final = psycopg_sql(
     """
     WITH input AS (
@@ -252,11 +256,15 @@ _SERVER_MEMORY_WITHIN_REACH: Final = psycopg_sql(
 
 
 _MARK_PUBLISHED_SQL: Final = psycopg_sql(_MARK_PUBLISHED)
+_BEGIN: Final = "BEGIN"
+_COMMIT: Final = "COMMIT"
+_ROLLBACK: Final = "ROLLBACK"
 
-# Every result and event of a batch in one round trip: the last statement before commit.
+# Every result and event of a batch: the last statement, sent with COMMIT. It returns
+# nothing, so that the two travel in one round trip.
 _FINISH: Final = psycopg_sql(
     f"""
-    WITH queued AS ({OUTBOX_INSERT}), answered AS (
+    WITH answered AS (
         UPDATE tool_call_inbox AS inbox
         SET status = a.status, result = a.result, completed_at = now()
         FROM json_to_recordset(CAST(:answers AS json)) AS a(
@@ -264,7 +272,7 @@ _FINISH: Final = psycopg_sql(
         )
         WHERE inbox.tool_call_id = a.tool_call_id
     )
-    SELECT outbox_id, event_id FROM queued
+    {OUTBOX_INSERT}
     """
 )
 
@@ -477,17 +485,20 @@ class ToolCallTransaction:
     async def finish(
         self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        """Stores the results for idempotency and queues the events, in this transaction."""
+        """Stores the results for idempotency and queues the events, in this transaction.
+
+        Sent, not awaited: the statement goes with COMMIT, and its errors are the commit's.
+        """
         bodies = [encode_event(outgoing.event) for outgoing in events]
-        rows = await self._all(
+        await self._cursor.execute(
             _FINISH, {**events_params(events, bodies), **answers_params(answers)}
         )
-        return outbox_rows(events, bodies, {row.event_id: row.outbox_id for row in rows})
+        return outbox_rows(events, bodies)
 
-    async def mark_published(self, outbox_ids: Sequence[int]) -> None:
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
         """Earlier calls' outbox rows, confirmed by the broker since: marked in this commit."""
-        if outbox_ids:
-            await self._cursor.execute(_MARK_PUBLISHED_SQL, {"outbox_ids": list(outbox_ids)})
+        if event_ids:
+            await self._cursor.execute(_MARK_PUBLISHED_SQL, {"event_ids": list(event_ids)})
 
 
 def answers_params(answers: Sequence[Answer]) -> dict[str, str]:
@@ -538,9 +549,7 @@ class MemoryStore:
             driver = pooled.driver_connection
             assert isinstance(driver, psycopg.AsyncConnection)
             try:
-                # Pipeline mode sends BEGIN with the first statement, and statements whose
-                # rows are not read (the mark) with the next one: fewer round trips.
-                async with driver.pipeline(), driver.transaction():
+                async with pipelined_transaction(driver):
                     yield driver
             except psycopg.OperationalError:
                 # A lost connection must not go back to the pool for the retry to take.
@@ -550,3 +559,31 @@ class MemoryStore:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+@asynccontextmanager
+async def pipelined_transaction(driver: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """A transaction whose BEGIN travels with the first statement and COMMIT with the last.
+
+    In pipeline mode, statements whose rows are not read (BEGIN, the mark, FINISH, COMMIT) go
+    with the next round trip. psycopg's `transaction()` would wait for BEGIN, and sync before
+    COMMIT: three round trips of seven per batch. Hence BEGIN and COMMIT sent by hand, on a
+    connection switched to autocommit for the while so that psycopg adds none of its own.
+    """
+    await driver.set_autocommit(True)
+    try:
+        async with driver.pipeline():
+            await driver.execute(_BEGIN)
+            yield
+            await driver.execute(_COMMIT)
+            # Leaving the pipeline syncs: COMMIT's answer, or the first error of the batch.
+    except BaseException:
+        if not driver.closed and driver.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                await driver.execute(_ROLLBACK)
+            except psycopg.Error:
+                await driver.close()  # the pool then discards it
+        raise
+    finally:
+        if not driver.closed:
+            await driver.set_autocommit(False)

@@ -7,7 +7,7 @@ any worker when a crash or a lost broker left them behind.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
@@ -31,17 +31,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class OutboxRow:
-    outbox_id: int
+    """An event as the outbox holds it; the event id is its key (message_id on the wire)."""
+
     event_id: uuid.UUID
     event_type: str
     routing_key: str
     correlation_id: str | None
     body: bytes
     ttl_ms: int | None
-
-
-# Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
-# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
 
 
 OUTBOX_INSERT: Final = """
@@ -51,7 +48,6 @@ OUTBOX_INSERT: Final = """
         event_id uuid, event_type text, routing_key text, correlation_id text, body text,
         ttl_ms integer
     )
-    RETURNING outbox_id, event_id
 """
 
 _QUEUE: Final = text(OUTBOX_INSERT)
@@ -89,17 +85,14 @@ async def queue_events(
 ) -> list[OutboxRow]:
     """Queues events in the outbox inside the caller's transaction."""
     bodies = [encode_event(outgoing.event) for outgoing in events]
-    rows = await connection.execute(_QUEUE, events_params(events, bodies))
-    return outbox_rows(events, bodies, {row.event_id: row.outbox_id for row in rows})
+    await connection.execute(_QUEUE, events_params(events, bodies))
+    return outbox_rows(events, bodies)
 
 
-def outbox_rows(
-    events: Sequence[OutgoingEvent], bodies: Sequence[bytes], ids: Mapping[uuid.UUID, int]
-) -> list[OutboxRow]:
-    """The queued events as rows to publish, with the ids the insert returned."""
+def outbox_rows(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> list[OutboxRow]:
+    """The queued events as rows to publish: nothing the insert makes is needed for that."""
     return [
         OutboxRow(
-            outbox_id=ids[outgoing.event.event_id],
             event_id=outgoing.event.event_id,
             event_type=outgoing.event.event_type,
             routing_key=outgoing.routing_key,
@@ -113,7 +106,7 @@ def outbox_rows(
 
 _UNPUBLISHED: Final = text(
     """
-    SELECT outbox_id, event_id, event_type, routing_key, correlation_id, body,
+    SELECT event_id, event_type, routing_key, correlation_id, body,
            CASE WHEN ttl_ms IS NULL THEN NULL
                 ELSE ttl_ms - (extract(epoch FROM now() - created_at) * 1000)::integer
            END AS ttl_ms
@@ -126,7 +119,7 @@ _UNPUBLISHED: Final = text(
 )
 
 _MARK_PUBLISHED: Final = text(
-    "UPDATE outbox SET published_at = now() WHERE outbox_id = ANY(:outbox_ids)"
+    "UPDATE outbox SET published_at = now() WHERE event_id = ANY(:event_ids)"
 )
 
 _PURGE_PUBLISHED: Final = text(
@@ -145,10 +138,10 @@ class OutboxStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def mark_published(self, outbox_ids: Sequence[int]) -> None:
-        if outbox_ids:
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
+        if event_ids:
             async with self.engine.begin() as connection:
-                await self.mark_published_in(connection, outbox_ids)
+                await self.mark_published_in(connection, event_ids)
 
     @asynccontextmanager
     async def unpublished(
@@ -166,7 +159,6 @@ class OutboxStore:
             )
             rows = [
                 OutboxRow(
-                    outbox_id=row.outbox_id,
                     event_id=row.event_id,
                     event_type=row.event_type,
                     routing_key=row.routing_key,
@@ -179,9 +171,11 @@ class OutboxStore:
             yield rows, connection
 
     @staticmethod
-    async def mark_published_in(connection: AsyncConnection, outbox_ids: Sequence[int]) -> None:
-        if outbox_ids:
-            await connection.execute(_MARK_PUBLISHED, {"outbox_ids": list(outbox_ids)})
+    async def mark_published_in(
+        connection: AsyncConnection, event_ids: Sequence[uuid.UUID]
+    ) -> None:
+        if event_ids:
+            await connection.execute(_MARK_PUBLISHED, {"event_ids": list(event_ids)})
 
     async def purge_published(self, *, age_s: float) -> int:
         async with self.engine.begin() as connection:

@@ -113,7 +113,7 @@ async def restore(
         async with connection_amqp:
             publisher = await EventPublisher.open(connection_amqp, Topology(settings.amqp_prefix))
             await publisher.publish_rows(rows)
-        await OutboxStore(engine).mark_published([row.outbox_id for row in rows])
+        await OutboxStore(engine).mark_published([row.event_id for row in rows])
     finally:
         await engine.dispose()
     revision = restored.revision

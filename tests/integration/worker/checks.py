@@ -277,7 +277,6 @@ async def assert_success_events(
     ]
     assert [row["ttl_ms"] for row in rows] == [REPLY_TTL_MS, REPLY_TTL_MS, None, None]
     assert all(row["published_at"] is None for row in rows)
-    assert [row["outbox_id"] for row in rows] == [row.outbox_id for row in processed.outbox]
     assert [row["event_id"] for row in rows] == [row.event_id for row in processed.outbox]
 
     result, embed, invalidation, audit = (decode_event(bytes(row["body"])) for row in rows)
@@ -333,7 +332,7 @@ async def assert_failure(
     ]
     assert rows[0]["ttl_ms"] == REPLY_TTL_MS
     assert decode_event(bytes(rows[0]["body"])) == result
-    assert [row.outbox_id for row in processed.outbox] == [rows[0]["outbox_id"]]
+    assert [row.event_id for row in processed.outbox] == [rows[0]["event_id"]]
     assert await world.revisions_of_call(call.tool_call_id) == []
     inbox = await world.inbox(call.tool_call_id)
     assert inbox is not None

@@ -181,7 +181,7 @@ async def test_two_copies_of_one_tool_call_at_once_apply_once(
     assert (again.result.message, again.result.data) == (done.result.message, done.result.data)
     assert again.outbox == []
     outbox = await pipeline.world.outbox_of_call(call.tool_call_id)
-    assert [row["outbox_id"] for row in outbox] == [row.outbox_id for row in done.outbox]
+    assert [row["event_id"] for row in outbox] == [row.event_id for row in done.outbox]
     revisions = await pipeline.world.revisions_of_call(call.tool_call_id)
     if outcome == "success":
         assert len(outbox) == 4
