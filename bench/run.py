@@ -314,7 +314,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         async with phases.phase("sample"):
             sampler = await _start_worker(bench, "worker-sample")
             try:
-                sample = await capture(connection, services.topology, targets[0])
+                sample = await capture(connection, services.topology, url, targets[0])
             finally:
                 await sampler.terminate()
             details["events_per_call"] = len(sample.events)
@@ -675,7 +675,8 @@ def render_table(results: dict[str, Any]) -> str:
     if load[0] > 1.0:
         lines.append(
             f"note: the machine was already busy at start (load average {load}): other work "
-            "shares these 2 cores, so the figures are lower than on a quiet machine"
+            f"shares these {machine.get('nproc', '?')} cores, so the figures are lower than on "
+            "a quiet machine"
         )
     errors = results.get("errors") or {}
     for name, error in errors.items():

@@ -20,13 +20,11 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from pamqp.commands import Basic
 
 from bench.amqp import call_message
-from bench.world import Target, content_for, tool_call
+from bench.world import Target, content_for, events_queued_for, tool_call
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
 from worker.adapters.broker import event_properties
 
 __all__ = ["Sample", "SampleEvent", "capture", "message_for", "properties_for"]
-
-_QUIET_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +89,17 @@ class Sample:
 
 
 async def capture(
-    connection: AbstractConnection, topology: Topology, target: Target, *, timeout: float = 30.0
+    connection: AbstractConnection,
+    topology: Topology,
+    database_url: str,
+    target: Target,
+    *,
+    timeout: float = 30.0,
 ) -> Sample:
     """Publishes one real call and keeps what the worker emits for it.
 
-    Waits for the result, then for a quiet second, so that however many events the worker
-    emits per call are all kept.
+    The result comes after the commit, which queued every event of the call in the outbox:
+    from then on their number is known, and the capture waits until it has them all.
     """
     tool_call_id = "sample:0"
     channel = await connection.channel()
@@ -106,12 +109,10 @@ async def capture(
     )
     await queue.bind(events, routing_key="#")
     seen: list[AbstractIncomingMessage] = []
-    last_seen = [0.0]
 
     async def keep(message: AbstractIncomingMessage) -> None:
         if message.correlation_id == tool_call_id:
             seen.append(message)
-            last_seen[0] = time.monotonic()
 
     await queue.consume(keep, no_ack=True)
     call = tool_call(target, tool_call_id, content_for(0))
@@ -126,9 +127,11 @@ async def capture(
         routing_key=UPDATE_LONG_TERM_MEMORY,
     )
     deadline = time.monotonic() + timeout
+    queued: int | None = None
     while time.monotonic() < deadline:
-        has_result = any(m.type == "tool_call.completed" for m in seen)
-        if has_result and time.monotonic() - last_seen[0] > _QUIET_S:
+        if queued is None and any(m.type == "tool_call.completed" for m in seen):
+            queued = await events_queued_for(database_url, tool_call_id)
+        if queued is not None and len(seen) >= queued:
             break
         await asyncio.sleep(0.05)
     await channel.close()

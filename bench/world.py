@@ -70,11 +70,22 @@ async def seed_servers(url: str, servers: int) -> None:
     )
 
 
-async def memory_count(url: str) -> int:
+async def _count(url: str, sql: str, params: Sequence[object] = ()) -> int:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
-        row = await (await connection.execute("SELECT count(*) FROM server_memories")).fetchone()
+        row = await (await connection.execute(sql, params)).fetchone()
         assert row is not None
         return int(row[0])
+
+
+async def memory_count(url: str) -> int:
+    return await _count(url, "SELECT count(*) FROM server_memories")
+
+
+async def events_queued_for(url: str, tool_call_id: str) -> int:
+    """How many events the worker queued in its outbox for a call (once it committed)."""
+    return await _count(
+        url, "SELECT count(*) FROM outbox WHERE correlation_id = %s", (tool_call_id,)
+    )
 
 
 async def grow_memories(url: str, total: int) -> float:
@@ -140,6 +151,8 @@ async def reset_calls(url: str) -> None:
     """Empties what each call adds (inbox, outbox, revisions), so each run starts alike."""
     await _execute(url, "TRUNCATE tool_call_inbox, outbox, memory_revisions")
     await _execute(url, "VACUUM ANALYZE server_memories")
+    # The previous run's dirty pages written now, not during the next run.
+    await _execute(url, "CHECKPOINT")
 
 
 def content_for(number: int) -> str:

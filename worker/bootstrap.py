@@ -38,14 +38,17 @@ def build_worker(settings: Settings) -> Worker:
     return Worker(settings=settings, store=MemoryStore(engine), outbox=OutboxStore(engine))
 
 
-def _stop_on_signals(stop: asyncio.Event | None = None, *callbacks: object) -> asyncio.Event:
-    """SIGTERM and SIGINT set the returned event."""
-    event = stop or asyncio.Event()
+def _stop_on_signals(worker: Worker) -> None:
+    """SIGTERM and SIGINT stop the worker: it drains what is in flight, then `run` returns."""
+
+    def stop() -> None:
+        log.info("stopping: draining in-flight calls")
+        worker.stop()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):  # pragma: no cover - not on Windows
-            loop.add_signal_handler(signum, event.set)
-    return event
+            loop.add_signal_handler(signum, stop)
 
 
 async def declare_topology(settings: Settings) -> int:
@@ -69,8 +72,7 @@ async def run_worker(settings: Settings) -> int:
         metrics_runner = await serve_metrics(
             worker.metrics, settings.metrics_port, ready=lambda: worker.ready
         )
-    stop = _stop_on_signals()
-    stopper = asyncio.create_task(_stop_when(stop, worker))
+    _stop_on_signals(worker)
     # What is alive now lives as long as the process: the collector need not walk it again.
     # Full collections of it were the worker's longest pauses (tens of ms) under load.
     gc.collect()
@@ -78,16 +80,9 @@ async def run_worker(settings: Settings) -> int:
     try:
         await worker.run()
     finally:
-        stopper.cancel()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
     return 0
-
-
-async def _stop_when(stop: asyncio.Event, worker: Worker) -> None:
-    await stop.wait()
-    log.info("stopping: draining in-flight calls")
-    worker.stop()
 
 
 async def run_gateway(settings: Settings, shards: tuple[int, ...], shard_count: int) -> int:

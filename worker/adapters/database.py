@@ -150,7 +150,7 @@ _DIRECTORY: Final = psycopg_sql(
 
 _USER: Final = psycopg_sql(
     """
-    SELECT u.user_id, u.user_disc_id, u.privacy_level, u.user_nickname,
+    SELECT u.user_id, u.user_disc_id, u.privacy_level,
            EXISTS (
                SELECT 1 FROM personalization_blacklist AS b
                WHERE b.server_id = :server_id AND b.user_id = u.user_id
@@ -444,7 +444,6 @@ class ToolCallTransaction:
             user_id=row.user_id,
             user_disc_id=row.user_disc_id,
             privacy_level=row.privacy_level,
-            user_nickname=row.user_nickname,
             blacklisted_here=row.blacklisted_here,
         )
 

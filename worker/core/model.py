@@ -65,7 +65,6 @@ class StoredUser:
     user_id: int
     user_disc_id: str
     privacy_level: int = 0
-    user_nickname: str | None = None
     blacklisted_here: bool = False
 
 
