@@ -42,7 +42,7 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
         persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
     )
     with new_worker(services, tmp_path, "operated", LTM_DB_RETRY_SECONDS="1") as worker:
-        worker.wait_ready()
+        await worker.wait_ready_async()
         async with (
             tap_events(channel, topology.events_exchange) as events,
             tap_events(channel, topology.dead_letter_exchange) as dead,
@@ -97,7 +97,7 @@ async def test_replaying_an_applied_call_changes_nothing(
         persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
     )
     with new_worker(services, tmp_path, "replayed") as worker:
-        worker.wait_ready()
+        await worker.wait_ready_async()
         async with tap_events(channel, topology.events_exchange) as events:
             await publish_tool_call(channel, topology, call)
             [first] = await events.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
@@ -145,7 +145,7 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
         for n in range(1, 6)
     ]
     with new_worker(services, tmp_path, "audited") as worker:
-        worker.wait_ready()
+        await worker.wait_ready_async()
         async with tap_events(channel, topology.events_exchange, ["memory.#"]) as audit:
             for call in calls:  # one after the other: the order of the run is known
                 await publish_tool_call(channel, topology, call)

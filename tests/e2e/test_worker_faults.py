@@ -64,7 +64,7 @@ async def test_sigkill_between_commit_and_ack_applies_once_and_still_answers(
     [call] = _updates(persona, [memory_id], 1)
     async with tap_events(channel, topology.events_exchange) as tap:
         with new_worker(services, tmp_path, "doomed", LTM_FAILPOINTS=failpoint) as doomed:
-            doomed.wait_ready()
+            await doomed.wait_ready_async()
             await publish_tool_call(channel, topology, call)
             exit_code = await asyncio.to_thread(doomed.wait_exit, 30)
         assert exit_code == -9, "the worker was meant to die by SIGKILL at the failpoint"
@@ -73,7 +73,7 @@ async def test_sigkill_between_commit_and_ack_applies_once_and_still_answers(
         with new_worker(
             services, tmp_path, "successor", LTM_OUTBOX_SWEEP_INTERVAL_S="0.2"
         ) as successor:
-            successor.wait_ready()
+            await successor.wait_ready_async()
             await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id, timeout=30)
             await tap.wait_for(EmbedRequested, tool_call_id=call.tool_call_id, timeout=30)
             await tap.wait_for(MemoryUpdated, tool_call_id=call.tool_call_id, timeout=30)
@@ -105,8 +105,7 @@ async def test_two_workers_apply_each_call_exactly_once(
             new_worker(services, tmp_path, "one", LTM_PREFETCH="8") as one,
             new_worker(services, tmp_path, "two", LTM_PREFETCH="8") as two,
         ):
-            one.wait_ready()
-            two.wait_ready()
+            await asyncio.gather(one.wait_ready_async(), two.wait_ready_async())
             # Every call published twice: the copies race each other across the two workers.
             await asyncio.gather(*(publish_tool_call(channel, topology, c) for c in calls * 2))
             await tap.wait_until(
@@ -138,7 +137,7 @@ async def test_work_goes_on_after_the_broker_closes_every_connection(
     memory_ids = await _memories(world, persona, 10)
     before, after = _updates(persona, memory_ids[:5], 1), _updates(persona, memory_ids[5:], 1)
     with new_worker(services, tmp_path, "survivor") as worker:
-        worker.wait_ready()
+        await worker.wait_ready_async()
         for calls in (before, after):
             # A connection of the test's own for each round: the closure ends it too.
             connection = await aio_pika.connect(settings.amqp_url)
@@ -158,7 +157,7 @@ async def test_work_goes_on_after_the_broker_closes_every_connection(
                     )
             if calls is before:
                 await eventually(lambda: _lost(worker), what="the worker noticing")
-                worker.wait_ready(timeout=30)
+                await worker.wait_ready_async(timeout=30)
     for call in before + after:
         assert len(await world.revisions_of_call(call.tool_call_id)) == 1
 
@@ -190,7 +189,7 @@ async def test_database_unreachable_answers_db_error_and_dead_letters(
     [memory_id] = await _memories(world, persona, 1)
     [call] = _updates(persona, [memory_id], 1)
     with new_worker(services, tmp_path, "stranded", LTM_DB_RETRY_SECONDS="1") as worker:
-        worker.wait_ready()
+        await worker.wait_ready_async()
         async with (
             tap_events(channel, topology.events_exchange, ["result.#"]) as results,
             tap_events(channel, topology.dead_letter_exchange) as dead,
@@ -228,7 +227,7 @@ async def test_sigterm_drains_in_flight_calls_and_exits_zero(
     memory_ids = await _memories(world, persona, 40)
     calls = _updates(persona, memory_ids, 1)
     with new_worker(services, tmp_path, "graceful") as worker:
-        worker.wait_ready()
+        await worker.wait_ready_async()
         async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
             for call in calls:
                 await publish_tool_call(channel, topology, call)
@@ -270,5 +269,5 @@ async def test_sigterm_drains_in_flight_calls_and_exits_zero(
 
     # Leave the queue empty for the next tests.
     with new_worker(services, tmp_path, "cleanup") as cleanup:
-        cleanup.wait_ready()
+        await cleanup.wait_ready_async()
         await eventually(drained, what="the work queue drained")

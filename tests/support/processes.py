@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.support.services import TestServices
+from tests.support.waiting import eventually
 
 __all__ = ["LtmProcess", "free_port"]
 
@@ -53,21 +55,45 @@ class LtmProcess:
         return self.process.pid
 
     def wait_ready(self, timeout: float = 30.0) -> LtmProcess:
-        """Until `/readyz` answers 200 (the worker is consuming)."""
+        """Until `/readyz` answers 200 (the worker is consuming).
+
+        Blocks the calling thread: an async test awaits `wait_ready_async` instead, so that the
+        consumers and taps sharing its event loop keep running meanwhile.
+        """
         deadline = time.monotonic() + timeout
+        try:
+            while not self._ready_now():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{self.args} not ready within {timeout}s")
+                time.sleep(0.05)
+        except AssertionError as error:
+            raise AssertionError(f"{error}:\n{self.output()}") from None
+        return self
+
+    async def wait_ready_async(self, timeout: float = 30.0) -> LtmProcess:
+        """`wait_ready` for async tests: each probe runs in a thread, the loop goes on."""
+
+        async def ready() -> bool:
+            return await asyncio.to_thread(self._ready_now)
+
+        try:
+            await eventually(ready, timeout=timeout, what=f"{self.args} ready")
+        except AssertionError as error:
+            raise AssertionError(f"{error}:\n{self.output()}") from None
+        return self
+
+    def _ready_now(self) -> bool:
+        """One probe of `/readyz`; fails at once if the process has exited."""
+        assert self.process is not None
+        code = self.process.poll()
+        if code is not None:
+            raise AssertionError(f"{self.args} exited early with code {code}")
         url = f"http://127.0.0.1:{self.metrics_port}/readyz"
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise AssertionError(f"{self.args} exited early:\n{self.output()}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"{self.args} not ready within {timeout}s:\n{self.output()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
