@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 
 import hikari
@@ -13,7 +14,7 @@ from gateway import DiscordSender, Gateway, MessageContext, RetryPolicy
 from infra.settings import Settings
 from tests.support.fake_discord import FakeDiscord
 from tests.support.waiting import eventually
-from tests.support.world import World, participant, snowflake
+from tests.support.world import Persona, World, participant, snowflake
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 
@@ -62,6 +63,42 @@ def _context(
     )
 
 
+async def _posted(fake_discord: FakeDiscord, channel: str) -> None:
+    async def posted() -> bool:
+        return len(fake_discord.messages_in(channel)) >= 1
+
+    await eventually(posted, what=f"an embed posted in {channel}")
+
+
+async def _a_later_embed_handled(
+    gateway: Gateway, fake_discord: FakeDiscord, world: World, persona: Persona
+) -> None:
+    """A call made now, on the same shard, until its embed is posted and the gateway is idle.
+
+    The worker publishes a call's events together, its answer among them, and the shard queue
+    is consumed in order: an embed published with an earlier answer has been handled by then,
+    so a check that there is no second embed comes after one would have been posted.
+    """
+    memory_id = await world.server_memory(persona, "{user} waters the plants")
+    triggerer = snowflake()
+    context = _context(
+        persona.server.disc_id, persona.persona_id, triggerer, (participant(triggerer, "Dan"),)
+    )
+    answer = await gateway.tool_client.call(
+        f"e2e-later-{uuid.uuid4()}",
+        "update_long_term_memory",
+        {"memory_id": memory_id, "memory_content": "{user} waters the plants daily"},
+        context,
+    )
+    assert answer["success"] is True
+    channel = str(context.channel_id)
+
+    async def handled() -> bool:
+        return len(fake_discord.messages_in(channel)) == 1 and gateway.shard_consumer.in_flight == 0
+
+    await eventually(handled, what="the later embed posted and the gateway idle")
+
+
 async def test_tool_call_through_the_worker_posts_exactly_one_embed(
     gateway: Gateway, fake_discord: FakeDiscord, world: World
 ) -> None:
@@ -87,11 +124,8 @@ async def test_tool_call_through_the_worker_posts_exactly_one_embed(
     assert answer["status"] == "memory_updated_successfully" and answer["success"] is True
     assert answer["memory_id"] == memory_id
     channel = str(context.channel_id)
-
-    async def posted() -> bool:
-        return len(fake_discord.messages_in(channel)) >= 1
-
-    await eventually(posted, what="the embed posted")
+    await _posted(fake_discord, channel)
+    await _a_later_embed_handled(gateway, fake_discord, world, persona)
     [post] = fake_discord.posts(channel)
     [embed] = post.json["embeds"]
     assert embed["color"] == UPDATE_COLOR
@@ -119,14 +153,12 @@ async def test_a_repeated_tool_call_is_answered_again_without_a_second_embed(
         "e2e-call-2", "update_long_term_memory", arguments, context
     )
     channel = str(context.channel_id)
-
-    async def posted() -> bool:
-        return len(fake_discord.messages_in(channel)) >= 1
-
-    await eventually(posted, what="the embed posted")
+    await _posted(fake_discord, channel)
     second = await gateway.tool_client.call(
         "e2e-call-2", "update_long_term_memory", arguments, context
     )
+    # The answer comes before any embed the repeat would publish: wait past where it would be.
+    await _a_later_embed_handled(gateway, fake_discord, world, persona)
 
     assert first == second
     assert first["status"] == "memory_deleted_successfully"
