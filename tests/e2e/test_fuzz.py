@@ -32,6 +32,7 @@ from contracts import (
 from infra.settings import Settings
 from infra.topology import declare_topology
 from tests.support.broker import (
+    Delivery,
     EventTap,
     publish_raw,
     publish_tool_call,
@@ -158,23 +159,67 @@ async def work_queue_empty(fuzzing: Fuzzing) -> None:
     await eventually(empty, timeout=30, what="the work queue empty")
 
 
+def fuzz_call(scene: Scene, arguments: Any) -> ToolCallRequested:
+    return tool_call(
+        scene.persona,
+        arguments,
+        triggerer_id=scene.triggerer,
+        participants=(participant(scene.triggerer, "Trig"),),
+        channel_id=fresh_id(),
+        tool_call_id=f"fuzz-{uuid.uuid4()}",
+    )
+
+
+async def dead_lettered(fuzzing: Fuzzing, message_ids: list[str]) -> dict[str, Delivery]:
+    """The dead-lettered copies of these messages, once all of them are there."""
+
+    async def all_dead() -> dict[str, Delivery] | None:
+        copies = {
+            delivery.properties["message_id"]: delivery
+            for delivery in fuzzing.dead.deliveries
+            if delivery.properties["message_id"] in message_ids
+        }
+        return copies if len(copies) == len(message_ids) else None
+
+    return await eventually(all_dead, timeout=30, what="every body dead-lettered")
+
+
+async def publish_body(fuzzing: Fuzzing, body: bytes) -> str:
+    """A raw body on the tool's routing key; returns its message id."""
+    message_id = str(uuid.uuid4())
+    await publish_raw(
+        fuzzing.channel,
+        fuzzing.topology.tool_calls_exchange,
+        body,
+        TOOL,
+        message_id=message_id,
+        content_type="application/json",
+    )
+    return message_id
+
+
+# The checks that something did not happen wait first for a control published after the
+# fuzzed input to come out the same way: by then, what the input caused has come out too.
+
+
+async def control_dead_lettered(fuzzing: Fuzzing) -> None:
+    await dead_lettered(fuzzing, [await publish_body(fuzzing, b"not a tool call")])
+
+
+async def control_answered(fuzzing: Fuzzing, scene: Scene) -> str:
+    control = fuzz_call(scene, {"memory_id": MAX_MEMORY_ID, "memory_content": "control"})
+    await publish_tool_call(fuzzing.channel, fuzzing.topology, control)
+    await answers(fuzzing, [control.tool_call_id])
+    return control.tool_call_id
+
+
 @settings(FUZZ_SETTINGS, max_examples=25)
 @given(data=st.data())
 async def test_random_arguments_through_the_worker_are_answered_and_recorded(
     fuzzing: Fuzzing, fuzz_worker: LtmProcess, scene: Scene, world: World, data: st.DataObject
 ) -> None:
     batch = data.draw(st.lists(arguments(scene), min_size=1, max_size=8), label="arguments")
-    calls = [
-        tool_call(
-            scene.persona,
-            raw,
-            triggerer_id=scene.triggerer,
-            participants=(participant(scene.triggerer, "Trig"),),
-            channel_id=fresh_id(),
-            tool_call_id=f"fuzz-{uuid.uuid4()}",
-        )
-        for raw in batch
-    ]
+    calls = [fuzz_call(scene, raw) for raw in batch]
     for call in calls:
         await publish_tool_call(fuzzing.channel, fuzzing.topology, call)
 
@@ -192,6 +237,7 @@ async def test_random_arguments_through_the_worker_are_answered_and_recorded(
         )
         inbox = await world.inbox(call.tool_call_id)
         assert inbox is not None and inbox["status"] == result.status.value
+    await control_dead_lettered(fuzzing)
     dead = {delivery.properties["correlation_id"] for delivery in fuzzing.dead.deliveries}
     assert not dead & {call.tool_call_id for call in calls}
     await work_queue_empty(fuzzing)
@@ -203,14 +249,7 @@ async def test_tricky_text_through_the_worker_is_answered_and_recorded(
 ) -> None:
     """The fuzzers' special characters, each once for certain, in an update of a live memory."""
     memory_id = await world.server_memory(scene.persona, "to be rewritten")
-    call = tool_call(
-        scene.persona,
-        {"memory_id": memory_id, "memory_content": text},
-        triggerer_id=scene.triggerer,
-        participants=(participant(scene.triggerer, "Trig"),),
-        channel_id=fresh_id(),
-        tool_call_id=f"fuzz-{uuid.uuid4()}",
-    )
+    call = fuzz_call(scene, {"memory_id": memory_id, "memory_content": text})
     await publish_tool_call(fuzzing.channel, fuzzing.topology, call)
 
     result = (await answers(fuzzing, [call.tool_call_id]))[call.tool_call_id]
@@ -288,57 +327,39 @@ def undecodable(body: bytes) -> bool:
     return call.tool_name != TOOL
 
 
-async def assert_dead_lettered(fuzzing: Fuzzing, bodies: list[bytes]) -> None:
-    message_ids = [str(uuid.uuid4()) for _ in bodies]
-    for body, message_id in zip(bodies, message_ids, strict=True):
-        await publish_raw(
-            fuzzing.channel,
-            fuzzing.topology.tool_calls_exchange,
-            body,
-            TOOL,
-            message_id=message_id,
-            content_type="application/json",
-        )
+async def assert_dead_lettered(fuzzing: Fuzzing, scene: Scene, bodies: list[bytes]) -> None:
+    """Each body dead-lettered with a reason, and none of them answered."""
+    answered_before = {result.tool_call_id for result in fuzzing.results.events(ToolCallCompleted)}
+    message_ids = [await publish_body(fuzzing, body) for body in bodies]
 
-    async def all_dead() -> dict[str, Any] | None:
-        copies = {
-            delivery.properties["message_id"]: delivery
-            for delivery in fuzzing.dead.deliveries
-            if delivery.properties["message_id"] in message_ids
-        }
-        return copies if len(copies) == len(message_ids) else None
-
-    copies = await eventually(all_dead, timeout=30, what="every body dead-lettered")
+    copies = await dead_lettered(fuzzing, message_ids)
     for body, message_id in zip(bodies, message_ids, strict=True):
         copy = copies[message_id]
         reason = copy.headers.get("x-ltm-error")
         assert isinstance(reason, str) and reason.strip(), copy.headers
         assert copy.body == body
         assert copy.routing_key == TOOL
+    control = await control_answered(fuzzing, scene)
+    answered = {
+        result.tool_call_id for result in fuzzing.results.events(ToolCallCompleted)
+    } - answered_before
+    assert answered == {control}, "a body that is no valid call was answered"
     await work_queue_empty(fuzzing)
 
 
 @settings(FUZZ_SETTINGS, max_examples=15)
 @given(bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=6))
 async def test_random_bytes_are_dead_lettered_with_a_reason(
-    fuzzing: Fuzzing, fuzz_worker: LtmProcess, bodies: list[bytes]
+    fuzzing: Fuzzing, fuzz_worker: LtmProcess, scene: Scene, bodies: list[bytes]
 ) -> None:
     assume(all(undecodable(body) for body in bodies))
-    await assert_dead_lettered(fuzzing, bodies)
+    await assert_dead_lettered(fuzzing, scene, bodies)
 
 
 @settings(FUZZ_SETTINGS, max_examples=25)
 @given(bodies=st.lists(broken_envelopes(), min_size=1, max_size=6))
 async def test_json_that_is_not_a_valid_envelope_is_dead_lettered_with_a_reason(
-    fuzzing: Fuzzing, fuzz_worker: LtmProcess, bodies: list[bytes]
+    fuzzing: Fuzzing, fuzz_worker: LtmProcess, scene: Scene, bodies: list[bytes]
 ) -> None:
     assume(all(undecodable(body) for body in bodies))
-    await assert_dead_lettered(fuzzing, bodies)
-    results = {result.causation_id for result in fuzzing.results.events(ToolCallCompleted)}
-    sent_ids = set()
-    for body in bodies:
-        try:
-            sent_ids.add(uuid.UUID(str(json.loads(body).get("event_id"))))
-        except (AttributeError, ValueError, TypeError):
-            continue
-    assert not results & sent_ids, "a body that is no valid call was answered"
+    await assert_dead_lettered(fuzzing, scene, bodies)
