@@ -7,9 +7,19 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from pydantic import JsonValue
 
-from contracts import MemoryStatus, Participant, ResultData, ToolCallContext
-from worker.core.arguments import parse_arguments
+from contracts import (
+    UPDATE_LONG_TERM_MEMORY,
+    MemoryStatus,
+    Participant,
+    ResultData,
+    ToolCallContext,
+    ToolCallRequested,
+    encode_event,
+)
+from worker.adapters.database import Answer, Claim, PlannedWrite, ToolCallTransaction
+from worker.adapters.outbox import OutboxRow, OutgoingEvent, outbox_rows
 from worker.core.decide import (
     check_personal_scope,
     check_server_state,
@@ -30,8 +40,7 @@ from worker.core.model import (
     StoredUser,
     WrittenMemory,
 )
-from worker.core.resolve import resolve_target_user
-from worker.core.sanitize import prepare_content
+from worker.service import process_tool_call
 
 GUILD_ID = "900000000000000001"
 OTHER_GUILD_ID = "900000000000000002"
@@ -378,7 +387,7 @@ def test_personal_delete_succeeds() -> None:
     )
 
 
-# The order of the steps, end to end over the pure core (the database's answers given).
+# The order of the steps: the real pipeline (`process_tool_call`), the database's answers given.
 
 DIRECTORY = (
     DirectoryMember(ALICE_ID, "alice", "Alice"),
@@ -395,51 +404,67 @@ USERS = {
 }
 
 
-def decide(
-    arguments: object,
+class GivenFacts(ToolCallTransaction):
+    """The reads of a transaction answered from fixed facts, the writes taken as done.
+
+    No connection: every method the pipeline calls is overridden, so a new read would fail
+    here instead of reaching for a database.
+    """
+
+    def __init__(
+        self, server_state: ServerState | None, *, row_exists: bool, in_other_scope: bool
+    ) -> None:
+        self.server_state = server_state
+        self.row_exists = row_exists
+        self.other_scope = in_other_scope
+
+    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
+        return [Claim(stored=None, state=self.server_state) for _ in calls]
+
+    async def load_directory(self, server_id: int) -> list[DirectoryMember]:
+        return list(DIRECTORY)
+
+    async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
+        return USERS.get(user_disc_id)
+
+    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
+        written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
+        return [written if self.row_exists else None for _ in writes]
+
+    async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
+        return self.other_scope
+
+    async def finish(
+        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
+    ) -> list[OutboxRow]:
+        return outbox_rows(events, [encode_event(outgoing.event) for outgoing in events])
+
+
+async def decide(
+    arguments: JsonValue,
     *,
     server_state: ServerState | None = None,
     row_exists: bool = True,
     in_other_scope: bool = False,
 ) -> MemoryStatus:
-    """What the pipeline answers, the pure steps in BEHAVIOUR.md's order."""
-    call = context(participants=[Participant(user_id=MATRIX_ID, display_label="bridge")])
-    args = parse_arguments(arguments)
-    if isinstance(args, Rejection):
-        return args.status
-    loaded = state() if server_state is None else server_state
-    refused = check_server_state(loaded, call)
-    if refused is not None:
-        return refused.status
-    assert loaded is not None
-    content = prepare_content(args.content, 1000)
-    if isinstance(content, Rejection):
-        return content.status
-    owner = None
-    if args.target_user is not None:
-        resolution = resolve_target_user(
-            args.target_user, call.participants, DIRECTORY, is_dm=False
-        )
-        target = check_target(resolution, bot_user_id=call.bot_user_id)
-        if isinstance(target, Rejection):
-            return target.status
-        user = USERS.get(target.user_id)
-        refused = check_personal_scope(
-            target, user, context=call, directory=DIRECTORY, is_delete=not content
-        )
-        if refused is not None:
-            return refused.status
-        assert user is not None
-        owner = (target, user)
-    write = plan_write(args, content, loaded, owner)
-    if not row_exists:
-        return not_found(write, in_other_scope=in_other_scope).status
-    written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
-    return success(write, written)[0]
+    """What the pipeline answers a call with these arguments, given these facts."""
+    request = ToolCallRequested(
+        tool_call_id="call_1",
+        tool_name=UPDATE_LONG_TERM_MEMORY,
+        arguments=arguments,
+        context=context(participants=[Participant(user_id=MATRIX_ID, display_label="bridge")]),
+    )
+    facts = GivenFacts(
+        state() if server_state is None else server_state,
+        row_exists=row_exists,
+        in_other_scope=in_other_scope,
+    )
+    processed = await process_tool_call(request, facts, max_memory_length=1000, reply_ttl_ms=1)
+    return processed.result.status
 
 
-def call(memory_id: object = 24, content: str = "x", target: str | None = None) -> object:
-    arguments = {"memory_id": memory_id, "memory_content": content}
+def call(memory_id: JsonValue = 24, content: str = "x", target: str | None = None) -> JsonValue:
+    arguments: dict[str, JsonValue] = {"memory_id": memory_id, "memory_content": content}
     return arguments if target is None else {**arguments, "target_user": target}
 
 
@@ -476,7 +501,7 @@ LONG = "x" * 1001
         (call(target="  "), {"row_exists": False, "in_other_scope": True}, MemoryStatus.NOT_FOUND),
     ],
 )
-def test_the_first_failing_step_decides(
-    arguments: object, facts: dict[str, Any], status: MemoryStatus
+async def test_the_first_failing_step_decides(
+    arguments: JsonValue, facts: dict[str, Any], status: MemoryStatus
 ) -> None:
-    assert decide(arguments, **facts) is status
+    assert await decide(arguments, **facts) is status
