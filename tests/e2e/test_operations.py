@@ -21,7 +21,7 @@ from contracts import (
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
 from tests.support.broker import publish_raw, publish_tool_call, tap_events
-from tests.support.services import TestServices, refuse_connections
+from tests.support.services import TestServices, database_refused
 from tests.support.world import World, snowflake, tool_call
 from worker.ops.audit_stream import tail_audit
 from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
@@ -47,18 +47,10 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
             tap_events(channel, topology.events_exchange) as events,
             tap_events(channel, topology.dead_letter_exchange) as dead,
         ):
-            refuse_connections(settings.database_url, refuse=True)
-            try:
+            async with database_refused(settings.database_url):
                 await publish_tool_call(channel, topology, call)
                 [failed] = await events.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
-                await dead.wait_until(
-                    lambda t: any(
-                        d.properties["message_id"] == str(call.event_id) for d in t.deliveries
-                    ),
-                    what="the poisoned call dead-lettered",
-                )
-            finally:
-                refuse_connections(settings.database_url, refuse=False)
+                await dead.wait_for_delivery(message_id=str(call.event_id))
             assert failed.status is MemoryStatus.DB_ERROR
 
             listing = io.StringIO()

@@ -49,9 +49,7 @@ async def test_server_update_sends_result_embed_invalidation_and_audit(
     assert result.status is MemoryStatus.UPDATED
     assert result.shard_id == shard_id and result.causation_id == call.event_id
     assert await world.content(memory_id) == "likes green tea"
-    keys = {
-        d.routing_key for d in tap.deliveries if d.properties["correlation_id"] == call.tool_call_id
-    }
+    keys = {d.routing_key for d in tap.deliveries_with(correlation_id=call.tool_call_id)}
     assert keys == {
         f"result.shard.{shard_id}",
         f"embed.shard.{shard_id}",
@@ -127,7 +125,7 @@ async def test_failures_answer_with_a_status_and_send_nothing_else(
         # The answer is published once committed: the inbox holds it by now.
         assert (await world.inbox(call.tool_call_id) or {}).get("status") == status.value
     assert result.status is status and not result.success and result.message
-    related = [d for d in tap.deliveries if d.properties["correlation_id"] == call.tool_call_id]
+    related = tap.deliveries_with(correlation_id=call.tool_call_id)
     assert [d.routing_key for d in related] == ["result.shard.0"]
     # What is published later is in the outbox already, committed with the answer.
     outbox = await world.outbox_of_call(call.tool_call_id)
@@ -250,11 +248,8 @@ async def test_bad_envelopes_are_dead_lettered_with_a_reason(
             correlation_id=tool_call_id,
             headers={"schema_version": 1},
         )
-        await dead.wait_until(
-            lambda tap: any(d.properties["message_id"] == message_id for d in tap.deliveries),
-            what="the dead-lettered copy",
-        )
-    [copy] = [d for d in dead.deliveries if d.properties["message_id"] == message_id]
+        await dead.wait_for_delivery(message_id=message_id)
+    [copy] = dead.deliveries_with(message_id=message_id)
     assert copy.body == body
     assert copy.routing_key == "update_long_term_memory"
     assert reason in str(copy.headers["x-ltm-error"])

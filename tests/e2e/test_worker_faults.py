@@ -24,7 +24,7 @@ from infra.settings import Settings
 from tests.e2e.conftest import new_worker
 from tests.support.broker import EventTap, publish_tool_call, queue_depth, tap_events
 from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, rabbitmqctl, refuse_connections
+from tests.support.services import TestServices, database_refused, rabbitmqctl
 from tests.support.waiting import eventually
 from tests.support.world import Persona, World, snowflake, tool_call
 
@@ -193,23 +193,15 @@ async def test_database_unreachable_answers_db_error_and_dead_letters(
         async with (
             tap_events(channel, topology.events_exchange, ["result.#"]) as results,
             tap_events(channel, topology.dead_letter_exchange) as dead,
+            database_refused(settings.database_url),
         ):
-            refuse_connections(settings.database_url, refuse=True)
-            try:
-                await publish_tool_call(channel, topology, call)
-                [result] = await results.wait_for(
-                    ToolCallCompleted, tool_call_id=call.tool_call_id, timeout=30
-                )
-                await dead.wait_until(
-                    lambda t: any(
-                        d.properties["correlation_id"] == call.tool_call_id for d in t.deliveries
-                    ),
-                    what="the dead-lettered call",
-                )
-            finally:
-                refuse_connections(settings.database_url, refuse=False)
+            await publish_tool_call(channel, topology, call)
+            [result] = await results.wait_for(
+                ToolCallCompleted, tool_call_id=call.tool_call_id, timeout=30
+            )
+            await dead.wait_for_delivery(correlation_id=call.tool_call_id)
     assert result.status is MemoryStatus.DB_ERROR and not result.success
-    [copy] = [d for d in dead.deliveries if d.properties["correlation_id"] == call.tool_call_id]
+    [copy] = dead.deliveries_with(correlation_id=call.tool_call_id)
     assert "database unavailable" in str(copy.headers["x-ltm-error"])
     assert await world.content(memory_id) == "memory 0 v0"
     assert await world.inbox(call.tool_call_id) is None

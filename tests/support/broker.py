@@ -63,6 +63,24 @@ class EventTap:
 
         return await eventually(enough, timeout=timeout, what=f"{count} {kind.__name__} {match}")
 
+    def deliveries_with(self, **properties: Any) -> list[Delivery]:
+        """The deliveries whose AMQP properties (message_id, correlation_id, ...) match."""
+        return [
+            delivery
+            for delivery in self.deliveries
+            if all(delivery.properties.get(key) == value for key, value in properties.items())
+        ]
+
+    async def wait_for_delivery(
+        self, *, timeout: float = 20.0, **properties: Any
+    ) -> list[Delivery]:
+        """Until at least one delivery matches `properties`; returns those that do."""
+
+        async def found() -> list[Delivery] | None:
+            return self.deliveries_with(**properties) or None
+
+        return await eventually(found, timeout=timeout, what=f"a delivery with {properties}")
+
     async def wait_until(
         self, predicate: Callable[[EventTap], bool], *, timeout: float = 20.0, what: str = ""
     ) -> None:

@@ -6,14 +6,15 @@ only when those are unset, the local service does not answer, and a Docker engin
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import urllib.parse
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,13 @@ from psycopg import sql
 
 from infra.database import drop_database, migrate
 
-__all__ = ["TestServices", "rabbitmqctl", "refuse_connections", "test_services"]
+__all__ = [
+    "TestServices",
+    "database_refused",
+    "rabbitmqctl",
+    "refuse_connections",
+    "test_services",
+]
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -138,6 +145,17 @@ def test_services() -> Iterator[TestServices]:
             amqp_prefix=f"ltmt{run_id}",
             vhost=vhost,
         )
+
+
+@asynccontextmanager
+async def database_refused(database_url: str) -> AsyncIterator[None]:
+    """`refuse_connections` while the block runs, opened again however it ends; in a thread,
+    so that the caller's event loop goes on meanwhile."""
+    await asyncio.to_thread(refuse_connections, database_url, refuse=True)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(refuse_connections, database_url, refuse=False)
 
 
 def refuse_connections(database_url: str, *, refuse: bool) -> None:
