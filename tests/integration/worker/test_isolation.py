@@ -23,10 +23,15 @@ def personal_not_found(memory_id: int, label: str) -> dict[str, object]:
 
 
 async def server_path_not_found(
-    pipeline: Pipeline, scene: Scene, memory_id: int, *, hint: bool, content: str = "changed"
+    pipeline: Pipeline,
+    scene: Scene,
+    memory_id: int,
+    *participants: Participant,
+    hint: bool,
+    content: str = "changed",
 ) -> str:
     """Runs a server-path call of the id; asserts the failure and returns its message."""
-    call = scene.call({"memory_id": memory_id, "memory_content": content})
+    call = scene.call({"memory_id": memory_id, "memory_content": content}, *participants)
     result = await assert_failure(
         pipeline.world,
         await pipeline.run(call),
@@ -41,6 +46,36 @@ async def server_path_not_found(
         assert result.message == messages.not_found_server(memory_id)
         assert "personal" not in result.message
         assert "target_user" not in result.message
+    return result.message
+
+
+async def personal_path_not_found(
+    pipeline: Pipeline,
+    scene: Scene,
+    memory_id: int,
+    target: str,
+    label: str,
+    *,
+    hint: bool,
+    content: str = "x",
+) -> str:
+    """Runs a personal-path call of the id for `target` (shown as `label`); asserts the failure
+    and returns its message."""
+    call = scene.call({"memory_id": memory_id, "memory_content": content, "target_user": target})
+    result = await assert_failure(
+        pipeline.world,
+        await pipeline.run(call),
+        call,
+        MemoryStatus.NOT_FOUND,
+        personal_not_found(memory_id, label),
+    )
+    if hint:
+        assert result.message == messages.not_found_personal_is_server_memory(memory_id, label)
+        assert "without target_user" in result.message
+    else:
+        assert result.message == messages.not_found_personal(memory_id, label)
+        assert "server memory" not in result.message
+        assert "without target_user" not in result.message
     return result.message
 
 
@@ -110,22 +145,16 @@ async def test_personal_memory_not_found(pipeline: Pipeline, action: str) -> Non
     bobs_global = await pipeline.personal_memory(bob_user_id, 0, "Bob's global")
 
     for memory_id in (NEVER_ISSUED, other_lineage, bobs, bobs_global):
-        call = scene.call(
-            {
-                "memory_id": memory_id,
-                "memory_content": "x" if action == "update" else "",
-                "target_user": "Alice",
-            }
+        message = await personal_path_not_found(
+            pipeline,
+            scene,
+            memory_id,
+            "Alice",
+            "Alice (@alice_w)",
+            hint=False,
+            content="x" if action == "update" else "",
         )
-        result = await assert_failure(
-            world,
-            await pipeline.run(call),
-            call,
-            MemoryStatus.NOT_FOUND,
-            personal_not_found(memory_id, "Alice (@alice_w)"),
-        )
-        assert result.message == messages.not_found_personal(memory_id, "Alice (@alice_w)")
-        assert "Bob" not in result.message
+        assert "Bob" not in message
 
     assert await world.content(other_lineage) == "other"
     assert await world.content(bobs) == "Bob's"
@@ -154,19 +183,10 @@ async def test_server_path_hints_at_a_personal_memory_within_reach(
             extra = (participant(owner_id, "Carol"),)
     lineage = 0 if global_memory else scene.persona.lineage
     memory_id = await pipeline.personal_memory(owner_user_id, lineage, "Carol's cat is Tom.")
-    call = scene.call({"memory_id": memory_id, "memory_content": "changed"}, *extra)
 
-    result = await assert_failure(
-        world,
-        await pipeline.run(call),
-        call,
-        MemoryStatus.NOT_FOUND,
-        server_not_found(memory_id),
-    )
+    message = await server_path_not_found(pipeline, scene, memory_id, *extra, hint=True)
 
-    assert result.message == messages.not_found_server_is_personal_memory(memory_id)
-    assert "target_user" in result.message
-    assert "Tom" not in result.message
+    assert "Tom" not in message
     assert await world.content(memory_id) == "Carol's cat is Tom."
     assert await world.revisions(memory_id) == []
 
@@ -192,18 +212,11 @@ async def test_server_path_never_mentions_a_personal_memory_out_of_reach(
         lineage = world.new_lineage()
     memory_id = await pipeline.personal_memory(owner_user_id, lineage, "Dave's secret.")
 
-    call = scene.call({"memory_id": memory_id, "memory_content": ""}, *extra)
-    result = await assert_failure(
-        world,
-        await pipeline.run(call),
-        call,
-        MemoryStatus.NOT_FOUND,
-        server_not_found(memory_id),
+    message = await server_path_not_found(
+        pipeline, scene, memory_id, *extra, hint=False, content=""
     )
 
-    assert result.message == messages.not_found_server(memory_id)
-    assert "personal" not in result.message
-    assert "Dave" not in result.message
+    assert "Dave" not in message
     assert await world.content(memory_id) == "Dave's secret."
 
 
@@ -213,18 +226,9 @@ async def test_personal_path_hints_at_a_server_memory_of_this_server_and_lineage
 ) -> None:
     scene = await (pipeline.guild() if where == "guild" else pipeline.dm())
     memory_id = await pipeline.server_memory(scene.persona, "Movie night is on Fridays.")
-    call = scene.call({"memory_id": memory_id, "memory_content": "x", "target_user": "Trig"})
 
-    result = await assert_failure(
-        pipeline.world,
-        await pipeline.run(call),
-        call,
-        MemoryStatus.NOT_FOUND,
-        personal_not_found(memory_id, "Trig"),
-    )
+    await personal_path_not_found(pipeline, scene, memory_id, "Trig", "Trig", hint=True)
 
-    assert result.message == messages.not_found_personal_is_server_memory(memory_id, "Trig")
-    assert "without target_user" in result.message
     assert await pipeline.world.content(memory_id) == "Movie night is on Fridays."
     assert await pipeline.world.revisions(memory_id) == []
 
@@ -241,19 +245,12 @@ async def test_personal_path_never_mentions_a_server_memory_out_of_reach(
     else:
         other_persona = await pipeline.world.persona(scene.server)
         memory_id = await pipeline.server_memory(other_persona, "Their movie night.")
-    call = scene.call({"memory_id": memory_id, "memory_content": "", "target_user": "Trig"})
 
-    result = await assert_failure(
-        pipeline.world,
-        await pipeline.run(call),
-        call,
-        MemoryStatus.NOT_FOUND,
-        personal_not_found(memory_id, "Trig"),
+    message = await personal_path_not_found(
+        pipeline, scene, memory_id, "Trig", "Trig", hint=False, content=""
     )
 
-    assert result.message == messages.not_found_personal(memory_id, "Trig")
-    assert "server memory" not in result.message
-    assert "movie" not in result.message.lower()
+    assert "movie" not in message.lower()
     assert await pipeline.world.content(memory_id) == "Their movie night."
 
 
