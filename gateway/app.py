@@ -144,11 +144,16 @@ class Gateway:
         return self._started
 
     async def start(self, shards: Iterable[int] | None = None) -> None:
-        """Connects, declares the topology, and consumes invalidations and the owned shards."""
+        """Connects, declares the topology, and consumes invalidations and the owned shards.
+
+        When any step fails, what the earlier ones opened is closed before the error is raised.
+        """
         if self._started:
             if shards is not None:
                 await self.consume_shards(shards)
             return
+        owned = self.shards if shards is None else tuple(sorted(set(shards)))
+        self._check_shards(owned)
         if self._connection is None:
             self._connection = await aio_pika.connect_robust(
                 self.settings.amqp_url,
@@ -156,15 +161,12 @@ class Gateway:
                 reconnect_interval=self.reconnect_interval_s,
             )
         try:
-            await self._open(self._connection)
+            await self._open(self._connection, owned)
+            await self.consume_shards(owned)
         except BaseException:
-            self._channels.clear()
-            if self._owns_connection:
-                await self._connection.close()
-                self._connection = None
+            await self._close(self.settings.shutdown_grace_s)
             raise
         self._started = True
-        await self.consume_shards(self.shards if shards is None else shards)
         log.info(
             "gateway.started",
             shards=list(self.shards),
@@ -178,11 +180,14 @@ class Gateway:
         """How the broker lists this process's connection (`rabbitmqctl list_connections`)."""
         return f"{self.topology.prefix}-gateway-{self.instance}"
 
-    async def _open(self, connection: AbstractRobustConnection) -> None:
-        # The shards' queues are declared by the shard consumer, on the channel it consumes on.
-        declare_channel = await connection.channel()
-        await declare_topology(declare_channel, self.topology)
-        await declare_channel.close()
+    async def _open(self, connection: AbstractRobustConnection, shards: Iterable[int]) -> None:
+        # A plain channel: aio-pika reopens a robust one the broker closed (as a mismatch does)
+        # even once closed here. The shards' queues too are declared here first, for that reason.
+        declare_channel = await aio_pika.Channel(connection)
+        try:
+            await declare_topology(declare_channel, self.topology, shards)
+        finally:
+            await _close_channel(declare_channel)
 
         publish_channel = await connection.channel(publisher_confirms=True)
         self._channels.append(publish_channel)
@@ -220,24 +225,23 @@ class Gateway:
         if not self._started:
             return
         self._started = False
-        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        await self._close(self.settings.shutdown_grace_s if grace_s is None else grace_s)
+        log.info("gateway.stopped", instance=self.instance)
+
+    async def _close(self, grace_s: float) -> None:
+        """Closes whatever `start` got to open: both a stop and a failed start end here."""
         if self._tool_client is not None:
             self._tool_client.close()
         if self._cache_consumer is not None:
-            await self._cache_consumer.stop(grace)
+            await self._cache_consumer.stop(grace_s)
         if self._shard_consumer is not None:
-            await self._shard_consumer.stop(grace)
+            await self._shard_consumer.stop(grace_s)
         for channel in self._channels:
-            if not channel.is_closed:
-                try:
-                    await channel.close()
-                except Exception as error:  # already going away with the connection
-                    log.warning("gateway.channel_close_failed", error=repr(error))
+            await _close_channel(channel)
         self._channels.clear()
         if self._owns_connection and self._connection is not None:
             await self._connection.close()
             self._connection = None
-        log.info("gateway.stopped", instance=self.instance)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -286,6 +290,15 @@ class Gateway:
         bot.subscribe(hikari.StartingEvent, on_starting)
         bot.subscribe(hikari.StartedEvent, on_started)
         bot.subscribe(hikari.StoppingEvent, on_stopping)
+
+
+async def _close_channel(channel: AbstractChannel) -> None:
+    if channel.is_closed:
+        return
+    try:
+        await channel.close()
+    except Exception as error:  # already going away with the connection
+        log.warning("gateway.channel_close_failed", error=repr(error))
 
 
 async def run_gateway(
