@@ -181,3 +181,10 @@ async def until(condition: Callable[[], bool], *, what: str, timeout: float = 15
         return condition()
 
     await eventually(probe, timeout=timeout, what=what)
+
+
+async def handled(
+    gateway: Gateway, event: EmbedRequested | ToolCallCompleted, *, what: str = "embed handled"
+) -> None:
+    """Until the gateway has handled `event` to completion (it is among the ids it has seen)."""
+    await until(lambda: event.event_id in gateway.shard_consumer.seen, what=what)

@@ -9,13 +9,14 @@ import pytest
 from aio_pika.abc import AbstractChannel
 from structlog.testing import capture_logs
 
-from contracts import Topology, embed_routing_key
+from contracts import EmbedRequested, Topology, embed_routing_key
 from gateway import RetryPolicy
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
     GatewayFactory,
     embed_requested,
     fresh_shard,
+    handled,
     publish_embed,
     until,
 )
@@ -29,11 +30,8 @@ async def test_an_embed_is_posted_once_with_its_content(
     channel: AbstractChannel,
     topology: Topology,
 ) -> None:
-    shard = fresh_shard()
-    event = embed_requested(shard)
-    async with start_gateway(shards=(shard,)) as gateway:
-        await publish_embed(channel, topology, event)
-        await until(lambda: event.event_id in gateway.shard_consumer.seen, what="embed handled")
+    event = embed_requested(fresh_shard())
+    await send(start_gateway, channel, topology, event)
     posts = fake_discord.posts(event.channel_id)
     assert len(posts) == 1
     post = posts[0]
@@ -47,8 +45,7 @@ async def test_an_embed_is_posted_once_with_its_content(
     assert embed["color"] == 0x25D4DA
     assert embed["footer"] == {"text": "Manage server memories with /memory server"}
     assert embed["fields"] == [{"name": "Before", "value": "Alice likes coffee", "inline": False}]
-    assert len(fake_discord.messages_in(event.channel_id)) == 1
-    assert await queue_depth(channel, topology.shard_queue(shard)) == 0
+    await assert_delivered_once(fake_discord, channel, topology, event)
 
 
 async def test_a_duplicated_embed_is_posted_once(
@@ -95,10 +92,9 @@ async def test_a_redelivered_embed_is_not_posted_twice_by_discord(
         lambda: len(fake_discord.messages_in(event.channel_id)) == 1, what="message created"
     )
     async with start_gateway(shards=(shard,)) as second:
-        await until(lambda: event.event_id in second.shard_consumer.seen, what="redelivery")
+        await handled(second, event, what="redelivery")
     assert len(fake_discord.posts(event.channel_id)) == 2
-    assert len(fake_discord.messages_in(event.channel_id)) == 1
-    assert await queue_depth(channel, topology.shard_queue(shard)) == 0
+    await assert_delivered_once(fake_discord, channel, topology, event)
 
 
 @pytest.mark.parametrize(
@@ -117,9 +113,7 @@ async def test_forbidden_and_unknown_channels_are_logged_and_acknowledged(
     event = embed_requested(shard)
     fake_discord.always(event.channel_id, reply)
     with capture_logs() as logs:
-        async with start_gateway(shards=(shard,)) as gateway:
-            await publish_embed(channel, topology, event)
-            await until(lambda: event.event_id in gateway.shard_consumer.seen, what="embed handled")
+        await send(start_gateway, channel, topology, event)
     assert len(fake_discord.posts(event.channel_id)) == 1  # no retry
     assert fake_discord.messages_in(event.channel_id) == []
     assert await queue_depth(channel, topology.shard_queue(shard)) == 0
@@ -135,19 +129,15 @@ async def test_a_rate_limited_embed_is_sent_after_the_wait(
     channel: AbstractChannel,
     topology: Topology,
 ) -> None:
-    shard = fresh_shard()
-    event = embed_requested(shard)
+    event = embed_requested(fresh_shard())
     fake_discord.script(
         event.channel_id, Reply.rate_limited(0.6, bucket=f"bucket-{event.channel_id}")
     )
-    async with start_gateway(shards=(shard,)) as gateway:
-        await publish_embed(channel, topology, event)
-        await until(lambda: event.event_id in gateway.shard_consumer.seen, what="embed handled")
+    await send(start_gateway, channel, topology, event)
     first, second = fake_discord.posts(event.channel_id)
     assert (first.status, second.status) == (429, 200)
     assert second.at - first.at >= 0.55
-    assert len(fake_discord.messages_in(event.channel_id)) == 1
-    assert await queue_depth(channel, topology.shard_queue(shard)) == 0
+    await assert_delivered_once(fake_discord, channel, topology, event)
 
 
 async def test_server_errors_are_retried_then_the_embed_is_sent_once(
@@ -156,15 +146,11 @@ async def test_server_errors_are_retried_then_the_embed_is_sent_once(
     channel: AbstractChannel,
     topology: Topology,
 ) -> None:
-    shard = fresh_shard()
-    event = embed_requested(shard)
+    event = embed_requested(fresh_shard())
     fake_discord.script(event.channel_id, Reply.server_error(), Reply.server_error())
-    async with start_gateway(shards=(shard,)) as gateway:
-        await publish_embed(channel, topology, event)
-        await until(lambda: event.event_id in gateway.shard_consumer.seen, what="embed handled")
+    await send(start_gateway, channel, topology, event)
     assert [post.status for post in fake_discord.posts(event.channel_id)] == [500, 500, 200]
-    assert len(fake_discord.messages_in(event.channel_id)) == 1
-    assert await queue_depth(channel, topology.shard_queue(shard)) == 0
+    await assert_delivered_once(fake_discord, channel, topology, event)
 
 
 async def test_a_long_outage_requeues_the_delivery_and_it_is_sent_later(
@@ -185,12 +171,11 @@ async def test_a_long_outage_requeues_the_delivery_and_it_is_sent_later(
                 what="two requeues",
             )
             fake_discord.always(event.channel_id, None)  # Discord is back
-            await until(lambda: event.event_id in gateway.shard_consumer.seen, what="embed handled")
+            await handled(gateway, event)
     statuses = [post.status for post in fake_discord.posts(event.channel_id)]
     assert statuses[-1] == 200
     assert statuses.count(200) == 1
-    assert len(fake_discord.messages_in(event.channel_id)) == 1
-    assert await queue_depth(channel, topology.shard_queue(shard)) == 0
+    await assert_delivered_once(fake_discord, channel, topology, event)
 
 
 async def test_an_undecodable_message_is_rejected_without_requeue(
@@ -219,3 +204,23 @@ def _has(logs: Sequence[Mapping[str, Any]], event: str, **match: object) -> bool
         entry["event"] == event and all(entry.get(key) == value for key, value in match.items())
         for entry in logs
     )
+
+
+async def send(
+    start_gateway: GatewayFactory,
+    channel: AbstractChannel,
+    topology: Topology,
+    event: EmbedRequested,
+) -> None:
+    """A gateway on the embed's shard, from the embed's publication until it has handled it."""
+    async with start_gateway(shards=(event.shard_id,)) as gateway:
+        await publish_embed(channel, topology, event)
+        await handled(gateway, event)
+
+
+async def assert_delivered_once(
+    fake_discord: FakeDiscord, channel: AbstractChannel, topology: Topology, event: EmbedRequested
+) -> None:
+    """One message in the embed's channel, and nothing left in its shard's queue."""
+    assert len(fake_discord.messages_in(event.channel_id)) == 1
+    assert await queue_depth(channel, topology.shard_queue(event.shard_id)) == 0

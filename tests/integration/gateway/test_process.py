@@ -23,6 +23,7 @@ from tests.integration.gateway.conftest import (
     GatewayFactory,
     embed_requested,
     fresh_shard,
+    handled,
     publish,
     publish_embed,
     until,
@@ -139,7 +140,7 @@ async def test_the_gateway_recovers_when_the_broker_drops_its_connection(
     async with start_gateway(shards=(shard,), reconnect_interval_s=0.5) as gateway:
         before = embed_requested(shard)
         await publish_embed(channel, topology, before)
-        await until(lambda: before.event_id in gateway.shard_consumer.seen, what="first embed")
+        await handled(gateway, before, what="first embed")
 
         closed = await asyncio.to_thread(_close_connection, vhost, gateway.connection_name)
         assert closed, "the gateway's connection was not found"
@@ -151,7 +152,7 @@ async def test_the_gateway_recovers_when_the_broker_drops_its_connection(
 
         after = embed_requested(shard)
         await publish_embed(channel, topology, after)
-        await until(lambda: after.event_id in gateway.shard_consumer.seen, what="after reconnect")
+        await handled(gateway, after, what="after reconnect")
         # The cache queue was declared again (exclusive queues die with their connection).
         key = str(random_snowflake())
         gateway.caches.user.set(key, "cached")

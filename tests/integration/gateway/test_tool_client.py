@@ -21,9 +21,9 @@ from gateway import TIMEOUT_STATUS, UNAVAILABLE_STATUS, MessageContext
 from tests.integration.gateway.conftest import (
     GatewayFactory,
     fresh_shard,
+    handled,
     publish_result,
     tool_call_completed,
-    until,
 )
 from tests.support.fake_discord import random_snowflake
 
@@ -158,7 +158,7 @@ async def test_no_answer_in_time_gives_the_llm_a_clear_timeout(
         # The late result is acknowledged and dropped, not an error.
         late = tool_call_completed(tool_call_id, shard)
         await publish_result(channel, topology, late)
-        await until(lambda: late.event_id in gateway.shard_consumer.seen, what="late result")
+        await handled(gateway, late, what="late result")
 
 
 async def test_a_call_for_a_shard_this_process_does_not_consume_is_refused(
@@ -188,3 +188,27 @@ async def test_calls_waiting_when_the_gateway_stops_are_answered(
         await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
     answer = await asyncio.wait_for(call, 5)
     assert answer["status"] == UNAVAILABLE_STATUS
+
+
+async def test_a_call_made_before_the_shards_are_known_is_answered_once_they_are(
+    start_gateway: GatewayFactory,
+    channel: AbstractChannel,
+    topology: Topology,
+    requests_queue: AbstractQueue,
+) -> None:
+    shard = fresh_shard()
+    tool_call_id = f"call_{random_snowflake()}"
+    async with start_gateway(shards=()) as gateway:  # a bot whose shards are not up yet
+        assert gateway.tool_client.shards is None
+        call = asyncio.create_task(
+            gateway.tool_client.call(
+                tool_call_id, UPDATE_LONG_TERM_MEMORY, {}, context(shard), timeout_s=10
+            )
+        )
+        await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
+        await gateway.consume_shards((shard,))
+        assert gateway.tool_client.shards == {shard}
+        completed = tool_call_completed(tool_call_id, shard)
+        await publish_result(channel, topology, completed)
+        answer = await asyncio.wait_for(call, 10)
+    assert answer == completed.for_llm()
