@@ -144,7 +144,8 @@ class Gateway:
         return self._started
 
     async def start(self, shards: Iterable[int] | None = None) -> None:
-        """Connects, declares the topology, and consumes invalidations and the owned shards.
+        """Connects, declares the topology, and consumes invalidations and the owned shards:
+        those given before and `shards`.
 
         When any step fails, what the earlier ones opened is closed before the error is raised.
         """
@@ -152,7 +153,7 @@ class Gateway:
             if shards is not None:
                 await self.consume_shards(shards)
             return
-        owned = self.shards if shards is None else tuple(sorted(set(shards)))
+        owned = tuple(sorted(set(self.shards).union(shards or ())))
         self._check_shards(owned)
         if self._connection is None:
             self._connection = await aio_pika.connect_robust(
@@ -215,7 +216,8 @@ class Gateway:
         wanted = tuple(sorted(set(shards)))
         self._check_shards(wanted)
         self.shards = tuple(sorted(set(self.shards) | set(wanted)))
-        if self._tool_client is not None:
+        if self._tool_client is not None and self.shards:
+            # No shard yet means not known yet: calls stay unchecked rather than all refused.
             self._tool_client.set_shards(self.shards)
         if self._shard_consumer is not None:
             await self._shard_consumer.start(wanted)

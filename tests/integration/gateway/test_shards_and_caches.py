@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
+
 import aio_pika
 import aio_pika.exceptions
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from contracts import CacheInvalidate, CacheName, Topology, cache_routing_key
-from gateway import Gateway
+from gateway import ConsoleSender, Gateway
+from infra.settings import Settings
 from tests.integration.gateway.conftest import (
+    SHARD_COUNT,
     GatewayFactory,
     embed_requested,
     fresh_shard,
@@ -56,6 +60,23 @@ async def test_each_instance_gets_only_its_own_shard(
         for embed in embeds[shard]:
             [post] = fake_discord.posts(embed.channel_id)
             assert post.headers["Authorization"] == f"Bot {token}"
+
+
+async def test_shards_given_to_start_add_to_those_given_before(settings: Settings) -> None:
+    first, second = fresh_shard(), fresh_shard()
+    gateway = Gateway(
+        settings,
+        sender=ConsoleSender(io.StringIO()),
+        shards=(first,),
+        shard_count=SHARD_COUNT,
+    )
+    await gateway.start(shards=(second,))
+    try:
+        assert gateway.shards == (first, second)
+        assert gateway.shard_consumer.shards == (first, second)
+        assert gateway.tool_client.shards == {first, second}
+    finally:
+        await gateway.stop()
 
 
 async def test_every_instance_drops_the_invalidated_entry(
