@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import aio_pika
 import pytest
 from aio_pika.abc import AbstractChannel
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -30,10 +29,10 @@ from contracts import (
     encode_event,
 )
 from infra.settings import Settings
-from infra.topology import declare_topology
 from tests.support.broker import (
     Delivery,
     EventTap,
+    own_topology,
     publish_raw,
     publish_tool_call,
     queue_depth,
@@ -66,27 +65,12 @@ class Fuzzing:
 
 @pytest.fixture(scope="module")
 async def fuzzing(settings: Settings) -> AsyncIterator[Fuzzing]:
-    own = settings.model_copy(
-        update={"amqp_prefix": f"{settings.amqp_prefix}-fuzz{uuid.uuid4().hex[:8]}"}
-    )
-    topology = Topology(own.amqp_prefix)
-    connection = await aio_pika.connect(own.amqp_url)
-    async with connection:
-        channel = await connection.channel(publisher_confirms=True)
-        await declare_topology(channel, topology)
-        async with (
-            tap_events(channel, topology.events_exchange, ["result.#"]) as results,
-            tap_events(channel, topology.dead_letter_exchange) as dead,
-        ):
-            yield Fuzzing(own, topology, channel, results, dead)
-        for queue in (topology.worker_queue, topology.dead_letter_queue, topology.audit_stream):
-            await channel.queue_delete(queue)
-        for exchange in (
-            topology.tool_calls_exchange,
-            topology.dead_letter_exchange,
-            topology.events_exchange,
-        ):
-            await channel.exchange_delete(exchange)
+    async with (
+        own_topology(settings, "fuzz", publisher_confirms=True) as (own, topology, channel),
+        tap_events(channel, topology.events_exchange, ["result.#"]) as results,
+        tap_events(channel, topology.dead_letter_exchange) as dead,
+    ):
+        yield Fuzzing(own, topology, channel, results, dead)
 
 
 @pytest.fixture(scope="module")

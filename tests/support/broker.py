@@ -12,11 +12,14 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from contracts import Event, Topology, amqp_properties, decode_event, encode_event
+from infra.settings import Settings
+from infra.topology import declare_topology
 from tests.support.waiting import eventually
 
 __all__ = [
     "Delivery",
     "EventTap",
+    "own_topology",
     "publish_raw",
     "publish_tool_call",
     "queue_depth",
@@ -163,3 +166,31 @@ async def publish_raw(
 async def queue_depth(channel: AbstractChannel, name: str) -> int:
     queue = await channel.declare_queue(name, passive=True)
     return int(queue.declaration_result.message_count or 0)
+
+
+@asynccontextmanager
+async def own_topology(
+    settings: Settings, label: str, *, publisher_confirms: bool = False
+) -> AsyncIterator[tuple[Settings, Topology, AbstractChannel]]:
+    """The topology under a sub-prefix of the run's, declared, then deleted after the block.
+
+    Its work queue, dead-letter queue and audit stream hold only what the caller's tests and
+    workers (given the settings yielded) put there. Yields those settings, the topology, and a
+    channel on a connection of its own.
+    """
+    own = settings.model_copy(
+        update={"amqp_prefix": f"{settings.amqp_prefix}-{label}{uuid.uuid4().hex[:8]}"}
+    )
+    topology = Topology(own.amqp_prefix)
+    async with await aio_pika.connect(own.amqp_url) as connection:
+        channel = await connection.channel(publisher_confirms=publisher_confirms)
+        await declare_topology(channel, topology)
+        yield own, topology, channel
+        for queue in (topology.worker_queue, topology.dead_letter_queue, topology.audit_stream):
+            await channel.queue_delete(queue)
+        for exchange in (
+            topology.tool_calls_exchange,
+            topology.dead_letter_exchange,
+            topology.events_exchange,
+        ):
+            await channel.exchange_delete(exchange)
