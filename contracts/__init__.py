@@ -39,9 +39,13 @@ from contracts.topology import (
     DEFAULT_PREFIX,
     Topology,
     audit_routing_key,
+    audit_stream_arguments,
     cache_routing_key,
+    dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_queue_arguments,
+    worker_queue_arguments,
 )
 
 __all__ = [
@@ -79,7 +83,9 @@ __all__ = [
     "Topology",
     "amqp_properties",
     "audit_routing_key",
+    "audit_stream_arguments",
     "cache_routing_key",
+    "dead_letter_queue_arguments",
     "decode_event",
     "decode_tool_call",
     "embed_routing_key",
@@ -88,5 +94,7 @@ __all__ = [
     "is_matrix_id",
     "openai_tool",
     "result_routing_key",
+    "shard_queue_arguments",
     "utc_now",
+    "worker_queue_arguments",
 ]

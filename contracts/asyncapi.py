@@ -18,7 +18,16 @@ from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import UPDATE_LONG_TERM_MEMORY, ToolCallRequested
-from contracts.topology import DEFAULT_PREFIX, Topology, audit_routing_key, cache_routing_key
+from contracts.topology import (
+    DEFAULT_PREFIX,
+    Topology,
+    audit_routing_key,
+    audit_stream_arguments,
+    cache_routing_key,
+    dead_letter_queue_arguments,
+    shard_queue_arguments,
+    worker_queue_arguments,
+)
 
 __all__ = ["ASYNCAPI_VERSION", "build_document", "main", "render_yaml"]
 
@@ -236,13 +245,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "The worker's work queue. Every process declares it with exactly these arguments: "
             "a mismatch closes the channel.",
             _messages_of(ToolCallRequested),
-            arguments={
-                "x-queue-type": "quorum",
-                "x-dead-letter-exchange": topology.dead_letter_exchange,
-                "x-dead-letter-strategy": "at-least-once",
-                "x-overflow": "reject-publish",
-                "x-delivery-limit": 5,
-            },
+            arguments=worker_queue_arguments(topology),
             bound=[
                 {"exchange": topology.tool_calls_exchange, "routingKey": UPDATE_LONG_TERM_MEMORY}
             ],
@@ -251,7 +254,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             topology.dead_letter_queue,
             "Dead-lettered tool calls, for `ltm dlq list|replay|purge`.",
             dead_letters,
-            arguments={"x-queue-type": "quorum"},
+            arguments=dead_letter_queue_arguments(),
             bound=[{"exchange": topology.dead_letter_exchange, "routingKey": "#"}],
         ),
         "shardQueue": _queue_channel(
@@ -259,7 +262,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             topology.shard_queue(0).rpartition(".")[0] + ".{shardId}",
             "One bot shard's results and embeds, consumed by the gateway process that owns it.",
             _messages_of(ToolCallCompleted, EmbedRequested),
-            arguments={"x-queue-type": "quorum"},
+            arguments=shard_queue_arguments(),
             bound=[
                 {"exchange": topology.events_exchange, "routingKey": "result.shard.{shardId}"},
                 {"exchange": topology.events_exchange, "routingKey": "embed.shard.{shardId}"},
@@ -281,11 +284,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "Every event the worker emits, kept 30 days, readable from any offset "
             "(`ltm audit tail`).",
             _messages_of(*_EMITTED_MODELS),
-            arguments={
-                "x-queue-type": "stream",
-                "x-max-age": "30D",
-                "x-stream-max-segment-size-bytes": 50_000_000,
-            },
+            arguments=audit_stream_arguments(),
             bound=[{"exchange": topology.events_exchange, "routingKey": "#"}],
         ),
     }

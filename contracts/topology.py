@@ -1,20 +1,25 @@
-"""Exchange, queue and routing-key names, under a deployment prefix (`LTM_AMQP_PREFIX`).
+"""Exchange, queue and routing-key names, under a deployment prefix (`LTM_AMQP_PREFIX`), and
+the queues' arguments.
 
-Pure names: bot shards use them with whatever AMQP client they have.
+Pure data: bot shards use them with whatever AMQP client they have.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "DEFAULT_PREFIX",
     "Topology",
     "audit_routing_key",
+    "audit_stream_arguments",
     "cache_routing_key",
+    "dead_letter_queue_arguments",
     "embed_routing_key",
     "result_routing_key",
+    "shard_queue_arguments",
+    "worker_queue_arguments",
 ]
 
 DEFAULT_PREFIX: Final = "ltm"
@@ -70,3 +75,33 @@ class Topology:
 
     def cache_queue(self, instance: str) -> str:
         return f"{self.prefix}.gateway.cache.{instance}"
+
+
+# Functions, not constants: each caller gets a dict of its own to hand to its AMQP client.
+
+
+def worker_queue_arguments(topology: Topology) -> dict[str, Any]:
+    # Exactly these: every process declares the queue, and a mismatch closes the channel.
+    return {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": topology.dead_letter_exchange,
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": 5,
+    }
+
+
+def dead_letter_queue_arguments() -> dict[str, Any]:
+    return {"x-queue-type": "quorum"}
+
+
+def shard_queue_arguments() -> dict[str, Any]:
+    return {"x-queue-type": "quorum"}
+
+
+def audit_stream_arguments() -> dict[str, Any]:
+    return {
+        "x-queue-type": "stream",
+        "x-max-age": "30D",
+        "x-stream-max-segment-size-bytes": 50_000_000,
+    }

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Final
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractQueue
 
-from contracts import UPDATE_LONG_TERM_MEMORY, Topology, embed_routing_key, result_routing_key
+from contracts import (
+    UPDATE_LONG_TERM_MEMORY,
+    Topology,
+    audit_stream_arguments,
+    dead_letter_queue_arguments,
+    embed_routing_key,
+    result_routing_key,
+    shard_queue_arguments,
+    worker_queue_arguments,
+)
 
 __all__ = [
     "SUPPORTED_TOOLS",
@@ -19,17 +28,6 @@ __all__ = [
 ]
 
 SUPPORTED_TOOLS: Final = (UPDATE_LONG_TERM_MEMORY,)
-
-
-def worker_queue_arguments(topology: Topology) -> dict[str, Any]:
-    # Exactly these: every process declares the queue, and a mismatch closes the channel.
-    return {
-        "x-queue-type": "quorum",
-        "x-dead-letter-exchange": topology.dead_letter_exchange,
-        "x-dead-letter-strategy": "at-least-once",
-        "x-overflow": "reject-publish",
-        "x-delivery-limit": 5,
-    }
 
 
 async def declare_topology(
@@ -51,17 +49,11 @@ async def declare_topology(
     for tool in SUPPORTED_TOOLS:
         await worker.bind(tool_calls, routing_key=tool)
     dead = await channel.declare_queue(
-        topology.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"}
+        topology.dead_letter_queue, durable=True, arguments=dead_letter_queue_arguments()
     )
     await dead.bind(dead_letter, routing_key="#")
     audit = await channel.declare_queue(
-        topology.audit_stream,
-        durable=True,
-        arguments={
-            "x-queue-type": "stream",
-            "x-max-age": "30D",
-            "x-stream-max-segment-size-bytes": 50_000_000,
-        },
+        topology.audit_stream, durable=True, arguments=audit_stream_arguments()
     )
     await audit.bind(events, routing_key="#")
     for shard_id in shards:
@@ -75,7 +67,7 @@ async def declare_shard_queue(
         topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
     )
     queue = await channel.declare_queue(
-        topology.shard_queue(shard_id), durable=True, arguments={"x-queue-type": "quorum"}
+        topology.shard_queue(shard_id), durable=True, arguments=shard_queue_arguments()
     )
     await queue.bind(events, routing_key=result_routing_key(shard_id))
     await queue.bind(events, routing_key=embed_routing_key(shard_id))

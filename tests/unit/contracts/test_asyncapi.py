@@ -14,12 +14,15 @@ import contracts
 from contracts import (
     EVENT_TYPES,
     Topology,
+    audit_stream_arguments,
     cache_routing_key,
+    dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_queue_arguments,
+    worker_queue_arguments,
 )
 from contracts.asyncapi import build_document, render_yaml
-from infra.topology import worker_queue_arguments
 
 COMMITTED = Path(contracts.__file__).with_name("asyncapi.yaml")
 
@@ -94,11 +97,18 @@ def test_routing_keys_match_the_contract_helpers(document: dict[str, Any]) -> No
 
 
 def test_queue_arguments_are_the_ones_declared(document: dict[str, Any]) -> None:
-    worker = document["channels"]["workerQueue"]
-    assert worker["x-amqp-queue-arguments"] == worker_queue_arguments(Topology())
-    assert document["channels"]["auditStream"]["x-amqp-queue-arguments"]["x-queue-type"] == (
-        "stream"
-    )
+    arguments = {
+        name: channel["x-amqp-queue-arguments"]
+        for name, channel in document["channels"].items()
+        if "x-amqp-queue-arguments" in channel
+    }
+    assert arguments == {
+        "workerQueue": worker_queue_arguments(Topology()),
+        "deadLetterQueue": dead_letter_queue_arguments(),
+        "shardQueue": shard_queue_arguments(),
+        "cacheQueue": {},
+        "auditStream": audit_stream_arguments(),
+    }
 
 
 def test_operations_reference_messages_of_their_channel(document: dict[str, Any]) -> None:
