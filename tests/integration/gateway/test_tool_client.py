@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import aio_pika
 import pytest
@@ -17,7 +18,7 @@ from contracts import (
     Topology,
     decode_tool_call,
 )
-from gateway import TIMEOUT_STATUS, UNAVAILABLE_STATUS, MessageContext
+from gateway import TIMEOUT_STATUS, UNAVAILABLE_STATUS, Gateway, MessageContext
 from tests.integration.gateway.conftest import (
     GatewayFactory,
     fresh_shard,
@@ -67,6 +68,29 @@ async def next_request(queue: AbstractQueue, tool_call_id: str) -> AbstractIncom
     raise AssertionError("the queue ended")
 
 
+async def start_call(
+    gateway: Gateway,
+    requests_queue: AbstractQueue,
+    tool_call_id: str,
+    message_context: MessageContext,
+    arguments: Mapping[str, Any] | str | None = None,
+    *,
+    timeout_s: float = 10,
+) -> tuple[asyncio.Task[dict[str, Any]], AbstractIncomingMessage]:
+    """A call under way, once its request is published: the task it runs in, and the request."""
+    call = asyncio.create_task(
+        gateway.tool_client.call(
+            tool_call_id,
+            UPDATE_LONG_TERM_MEMORY,
+            {} if arguments is None else arguments,
+            message_context,
+            timeout_s=timeout_s,
+        )
+    )
+    message = await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
+    return call, message
+
+
 async def test_a_call_is_published_and_answered_with_its_result(
     start_gateway: GatewayFactory,
     channel: AbstractChannel,
@@ -77,16 +101,13 @@ async def test_a_call_is_published_and_answered_with_its_result(
     tool_call_id = f"call_{random_snowflake()}"
     message_context = context(shard)
     async with start_gateway(shards=(shard,)) as gateway:
-        call = asyncio.create_task(
-            gateway.tool_client.call(
-                tool_call_id,
-                UPDATE_LONG_TERM_MEMORY,
-                '{"action": "update", "scope": "server_wide", "content": "Alice likes tea"}',
-                message_context,
-                timeout_s=10,
-            )
+        call, message = await start_call(
+            gateway,
+            requests_queue,
+            tool_call_id,
+            message_context,
+            '{"action": "update", "scope": "server_wide", "content": "Alice likes tea"}',
         )
-        message = await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
         request = decode_tool_call(message.body)
         completed = tool_call_completed(tool_call_id, shard, request.context.channel_id)
         await publish_result(channel, topology, completed)
@@ -128,12 +149,9 @@ async def test_arguments_given_as_a_dict_travel_unchanged(
     tool_call_id = f"call_{random_snowflake()}"
     arguments = {"action": "delete", "memory_id": 12, "scope": "target_user"}
     async with start_gateway(shards=(shard,)) as gateway:
-        call = asyncio.create_task(
-            gateway.tool_client.call(
-                tool_call_id, UPDATE_LONG_TERM_MEMORY, arguments, context(shard), timeout_s=10
-            )
+        call, message = await start_call(
+            gateway, requests_queue, tool_call_id, context(shard), arguments
         )
-        message = await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
         await publish_result(channel, topology, tool_call_completed(tool_call_id, shard))
         await asyncio.wait_for(call, 10)
     assert ToolCallRequested.model_validate_json(message.body).arguments == arguments
@@ -180,12 +198,9 @@ async def test_calls_waiting_when_the_gateway_stops_are_answered(
     shard = fresh_shard()
     tool_call_id = f"call_{random_snowflake()}"
     async with start_gateway(shards=(shard,)) as gateway:
-        call = asyncio.create_task(
-            gateway.tool_client.call(
-                tool_call_id, UPDATE_LONG_TERM_MEMORY, {}, context(shard), timeout_s=30
-            )
+        call, _ = await start_call(
+            gateway, requests_queue, tool_call_id, context(shard), timeout_s=30
         )
-        await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
     answer = await asyncio.wait_for(call, 5)
     assert answer["status"] == UNAVAILABLE_STATUS
 
@@ -200,12 +215,7 @@ async def test_a_call_made_before_the_shards_are_known_is_answered_once_they_are
     tool_call_id = f"call_{random_snowflake()}"
     async with start_gateway(shards=()) as gateway:  # a bot whose shards are not up yet
         assert gateway.tool_client.shards is None
-        call = asyncio.create_task(
-            gateway.tool_client.call(
-                tool_call_id, UPDATE_LONG_TERM_MEMORY, {}, context(shard), timeout_s=10
-            )
-        )
-        await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
+        call, _ = await start_call(gateway, requests_queue, tool_call_id, context(shard))
         await gateway.consume_shards((shard,))
         assert gateway.tool_client.shards == {shard}
         completed = tool_call_completed(tool_call_id, shard)
