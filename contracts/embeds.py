@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
@@ -11,6 +11,13 @@ from contracts.ids import DiscordId, ToolCallId
 
 __all__ = [
     "DELETE_COLOR",
+    "DESCRIPTION_LIMIT",
+    "FIELD_COUNT_LIMIT",
+    "FIELD_NAME_LIMIT",
+    "FIELD_VALUE_LIMIT",
+    "FOOTER_LIMIT",
+    "TITLE_LIMIT",
+    "TOTAL_LIMIT",
     "UPDATE_COLOR",
     "EmbedField",
     "EmbedKind",
@@ -21,14 +28,24 @@ __all__ = [
 UPDATE_COLOR = 0x25D4DA
 DELETE_COLOR = 0xE74C3C
 
+# Discord's limits on an embed, in characters; the total counts title, description, footer
+# and the fields' names and values.
+TITLE_LIMIT: Final = 256
+DESCRIPTION_LIMIT: Final = 4096
+FIELD_NAME_LIMIT: Final = 256
+FIELD_VALUE_LIMIT: Final = 1024
+FIELD_COUNT_LIMIT: Final = 25
+FOOTER_LIMIT: Final = 2048
+TOTAL_LIMIT: Final = 6000
+
 EmbedKind = Literal["memory_updated", "memory_deleted"]
 
 
 class EmbedField(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
-    name: str = Field(max_length=256)
-    value: str = Field(max_length=1024)
+    name: str = Field(max_length=FIELD_NAME_LIMIT)
+    value: str = Field(max_length=FIELD_VALUE_LIMIT)
     inline: bool = False
 
 
@@ -37,11 +54,11 @@ class EmbedPayload(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
-    title: str = Field(max_length=256)
-    description: str = Field(max_length=4096)
+    title: str = Field(max_length=TITLE_LIMIT)
+    description: str = Field(max_length=DESCRIPTION_LIMIT)
     color: int
-    footer: str | None = Field(default=None, max_length=2048)
-    fields: tuple[EmbedField, ...] = Field(default=(), max_length=25)
+    footer: str | None = Field(default=None, max_length=FOOTER_LIMIT)
+    fields: tuple[EmbedField, ...] = Field(default=(), max_length=FIELD_COUNT_LIMIT)
 
     def total_length(self) -> int:
         return (

@@ -6,6 +6,13 @@ import re
 from typing import Final
 
 from contracts import DELETE_COLOR, UPDATE_COLOR, EmbedField, EmbedPayload
+from contracts.embeds import (
+    DESCRIPTION_LIMIT,
+    FIELD_VALUE_LIMIT,
+    FOOTER_LIMIT,
+    TITLE_LIMIT,
+    TOTAL_LIMIT,
+)
 from worker.core.model import MemoryWrite, WrittenMemory
 
 __all__ = [
@@ -17,12 +24,6 @@ __all__ = [
     "build_embed",
     "render_placeholders",
 ]
-
-TITLE_LIMIT: Final = 256
-DESCRIPTION_LIMIT: Final = 4096
-FIELD_VALUE_LIMIT: Final = 1024
-FOOTER_LIMIT: Final = 2048
-TOTAL_LIMIT: Final = 6000
 
 _NAME_LIMIT: Final = 80  # a name in the title or footer; keeps both readable
 _ELLIPSIS: Final = "…"
