@@ -14,6 +14,7 @@ from contracts import (
     MemoryStatus,
     MemoryUpdated,
     ToolCallCompleted,
+    ToolCallRequested,
     Topology,
     amqp_properties,
     encode_event,
@@ -27,6 +28,17 @@ from worker.ops.audit_stream import tail_audit
 from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
 
 
+async def _a_memory_and_its_update(world: World) -> tuple[int, ToolCallRequested]:
+    """A server memory reading "before", and a call that rewrites it to "after"."""
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "before")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
+    )
+    return memory_id, call
+
+
 async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_once(
     channel: AbstractChannel,
     topology: Topology,
@@ -35,12 +47,7 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
     settings: Settings,
     tmp_path: Path,
 ) -> None:
-    server = await world.server()
-    persona = await world.persona(server)
-    memory_id = await world.server_memory(persona, "before")
-    call = tool_call(
-        persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
-    )
+    memory_id, call = await _a_memory_and_its_update(world)
     with new_worker(services, tmp_path, "operated", LTM_DB_RETRY_SECONDS="1") as worker:
         await worker.wait_ready_async()
         async with (
@@ -82,12 +89,7 @@ async def test_replaying_an_applied_call_changes_nothing(
     settings: Settings,
     tmp_path: Path,
 ) -> None:
-    server = await world.server()
-    persona = await world.persona(server)
-    memory_id = await world.server_memory(persona, "before")
-    call = tool_call(
-        persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
-    )
+    memory_id, call = await _a_memory_and_its_update(world)
     with new_worker(services, tmp_path, "replayed") as worker:
         await worker.wait_ready_async()
         async with tap_events(channel, topology.events_exchange) as events:

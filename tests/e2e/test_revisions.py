@@ -55,11 +55,7 @@ async def test_restore_of_an_update_brings_back_the_earlier_content(
     assert audit.revision_id == restored["revision_id"] and audit.scope == "server_wide"
     assert audit.content_before == "likes coffee" and audit.content_after == "likes tea"
     assert invalidation.cache == "persona_state" and invalidation.key == server.disc_id
-    routing = {
-        d.routing_key
-        for d in tap.deliveries
-        if d.properties["correlation_id"] == audit.tool_call_id
-    }
+    routing = {d.routing_key for d in tap.deliveries_with(correlation_id=audit.tool_call_id)}
     assert routing == {"memory.restored.server_wide", f"cache.persona_state.{server.disc_id}"}
     assert f"memory {memory_id} restored" in out.getvalue()
 

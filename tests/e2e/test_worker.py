@@ -60,9 +60,8 @@ async def test_server_update_sends_result_embed_invalidation_and_audit(
     assert embed.embed.color == 0x25D4DA
     [result_delivery] = [
         d
-        for d in tap.deliveries
+        for d in tap.deliveries_with(correlation_id=call.tool_call_id)
         if d.routing_key == f"result.shard.{shard_id}"
-        and d.properties["correlation_id"] == call.tool_call_id
     ]
     assert result_delivery.properties["message_id"] == str(result.event_id)
     assert result_delivery.properties["type"] == "tool_call.completed"
