@@ -19,6 +19,7 @@ from tests.support.waiting import eventually
 __all__ = [
     "Delivery",
     "EventTap",
+    "delete_topology",
     "own_topology",
     "publish_raw",
     "publish_tool_call",
@@ -186,11 +187,16 @@ async def own_topology(
         channel = await connection.channel(publisher_confirms=publisher_confirms)
         await declare_topology(channel, topology)
         yield own, topology, channel
-        for queue in (topology.worker_queue, topology.dead_letter_queue, topology.audit_stream):
-            await channel.queue_delete(queue)
-        for exchange in (
-            topology.tool_calls_exchange,
-            topology.dead_letter_exchange,
-            topology.events_exchange,
-        ):
-            await channel.exchange_delete(exchange)
+        await delete_topology(channel, topology)
+
+
+async def delete_topology(channel: AbstractChannel, topology: Topology) -> None:
+    """What `declare_topology` made, shard queues aside."""
+    for queue in (topology.worker_queue, topology.dead_letter_queue, topology.audit_stream):
+        await channel.queue_delete(queue)
+    for exchange in (
+        topology.tool_calls_exchange,
+        topology.dead_letter_exchange,
+        topology.events_exchange,
+    ):
+        await channel.exchange_delete(exchange)
