@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractQueue
 
 from contracts import (
     EmbedRequested,
@@ -32,7 +32,7 @@ from contracts import (
 from gateway.delivery import Delivery, EmbedSender
 from gateway.inflight import InFlight
 from infra.logs import get_logger
-from infra.topology import declare_shard_queue
+from infra.topology import declare_events_exchange, declare_shard_queue
 
 __all__ = ["ResultSink", "SeenEvents", "ShardConsumer"]
 
@@ -109,6 +109,7 @@ class ShardConsumer:
         self._locks = _KeyedLocks()
         self._inflight = InFlight()
         self._consumers: dict[int, tuple[AbstractQueue, str]] = {}
+        self._events: AbstractExchange | None = None  # declared once on the channel, not per shard
         # Sends run as tasks of their own: a channel closing cancels the delivery's handler,
         # not a POST already on its way, and the redelivered copy waits for that POST.
         self._sending: dict[uuid.UUID, asyncio.Task[Delivery]] = {}
@@ -126,7 +127,11 @@ class ShardConsumer:
         for shard_id in shards:
             if shard_id in self._consumers:
                 continue
-            queue = await declare_shard_queue(self._channel, self._topology, shard_id)
+            if self._events is None:
+                self._events = await declare_events_exchange(self._channel, self._topology)
+            queue = await declare_shard_queue(
+                self._channel, self._topology, shard_id, events=self._events
+            )
             tag = await queue.consume(self._on_message)
             self._consumers[shard_id] = (queue, tag)
             log.info("shard.consuming", shard_id=shard_id, queue=queue.name)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Final
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
 from contracts import (
     UPDATE_LONG_TERM_MEMORY,
@@ -22,6 +22,7 @@ from contracts import (
 __all__ = [
     "SUPPORTED_TOOLS",
     "declare_cache_queue",
+    "declare_events_exchange",
     "declare_shard_queue",
     "declare_topology",
     "worker_queue_arguments",
@@ -40,9 +41,7 @@ async def declare_topology(
     dead_letter = await channel.declare_exchange(
         topology.dead_letter_exchange, aio_pika.ExchangeType.TOPIC, durable=True
     )
-    events = await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
+    events = await declare_events_exchange(channel, topology)
     worker = await channel.declare_queue(
         topology.worker_queue, durable=True, arguments=worker_queue_arguments(topology)
     )
@@ -57,15 +56,25 @@ async def declare_topology(
     )
     await audit.bind(events, routing_key="#")
     for shard_id in shards:
-        await declare_shard_queue(channel, topology, shard_id)
+        await declare_shard_queue(channel, topology, shard_id, events=events)
+
+
+async def declare_events_exchange(channel: AbstractChannel, topology: Topology) -> AbstractExchange:
+    return await channel.declare_exchange(
+        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
 
 
 async def declare_shard_queue(
-    channel: AbstractChannel, topology: Topology, shard_id: int
+    channel: AbstractChannel,
+    topology: Topology,
+    shard_id: int,
+    *,
+    events: AbstractExchange | None = None,
 ) -> AbstractQueue:
-    events = await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
+    """`events`: the events exchange, when already declared on `channel`."""
+    if events is None:
+        events = await declare_events_exchange(channel, topology)
     queue = await channel.declare_queue(
         topology.shard_queue(shard_id), durable=True, arguments=shard_queue_arguments()
     )
@@ -78,9 +87,7 @@ async def declare_cache_queue(
     channel: AbstractChannel, topology: Topology, instance: str
 ) -> AbstractQueue:
     """A per-process queue of every invalidation; named, so it survives a reconnect's redeclare."""
-    events = await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
+    events = await declare_events_exchange(channel, topology)
     queue = await channel.declare_queue(
         topology.cache_queue(instance), exclusive=True, auto_delete=True
     )
