@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import NonNegativeInt
-
 from contracts.envelope import Event
 from contracts.ids import DiscordId, ToolCallId
 
@@ -21,4 +19,3 @@ class CacheInvalidate(Event):
     cache: CacheName
     key: DiscordId
     tool_call_id: ToolCallId | None = None
-    shard_id: NonNegativeInt | None = None
