@@ -8,17 +8,19 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
 1. `db_limit_tps`: the worker's SQL for one successful update, in a psycopg loop, with 1, 4
    and 16 clients (`db_limit_tps` is the 1-client figure; `db_limit_tps_4`, `_16`); and
    `db_limit_batched_tps`, 2 clients with 32 calls per transaction, as the worker batches.
-2. `broker_limit_tps`: consume a call, publish the worker's events confirmed, ack; no
-   database (`bench.broker_loop`), with aio-pika's `Exchange.publish`, driven exactly as
-   the worker's `throughput` is (a separate publisher running, after a warm-up, the worker's
-   prefetch); `broker_limit_aiormq_tps`, the same loop on aiormq with `wait=False`, the AMQP
-   path the worker itself takes; `broker_limit_prepublished_tps`, the aio-pika loop on a
-   queue filled before it starts, the counterpart of `throughput_prepublished`.
-3. `peer_tps`: a FastStream consumer doing the same transaction and events (`bench.peer`).
-4. The worker itself (`python -m worker.cli worker`): sustained `throughput` while a separate
-   process publishes N calls, then publish-to-result latency at a fixed 200 calls/s.
-5. `rss_mb` (the worker's VmHWM) and `cost_1m_vs_10k` (time per call with 1M stored memories
-   over time per call with 10k, measured back to back on one worker).
+2. `peer_tps`: a FastStream consumer doing the same transaction and events (`bench.peer`).
+3. `throughput` and `broker_limit_tps`, in rounds: a fresh worker (`python -m worker.cli
+   worker`) and the broker-limit loop (`bench.broker_loop`: consume a call, publish the
+   worker's events confirmed, ack; no database; aio-pika's `Exchange.publish`) take turns,
+   each answering N calls that a separate process publishes meanwhile, after a warm-up, at
+   the worker's prefetch. The machine's speed drifts within minutes, so each round's ratio
+   is taken on its own, and `ratio_vs_broker` is their median (the figures, medians too).
+4. `broker_limit_aiormq_tps`, the same loop on aiormq with `wait=False`, the AMQP path the
+   worker itself takes; `broker_limit_prepublished_tps` and `throughput_prepublished`, the
+   loop and a worker each on a queue filled before it starts.
+5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker.
+6. `rss_mb` (the highest VmHWM of the workers) and `cost_1m_vs_10k` (time per call with 1M
+   stored memories over time per call with 10k, measured back to back on one worker).
 
 Prints a table with each target (met / not met; a missed target does not fail the run) and
 writes `bench/results.json`. Exit status 1 only when a phase could not be measured.
@@ -38,6 +40,7 @@ import traceback
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any, Final
 
 import aio_pika
@@ -61,13 +64,11 @@ _WORKER_PREFETCH: Final = Settings().prefetch
 # In the order they run; the sample phase always runs, since the others replay its events.
 PHASES: Final = (
     "db_limit",
-    "broker_limit",
-    "broker_limit_aiormq",
-    "broker_limit_prepublished",
     "peer",
     "throughput",
+    "broker_limit_aiormq",
+    "prepublished",
     "latency",
-    "throughput_prepublished",
     "cost_1m_vs_10k",
     "rss",
 )
@@ -85,7 +86,7 @@ def _env_float(name: str, default: float) -> float:
 class Config:
     calls: int
     peer_calls: int
-    broker_calls: int
+    rounds: int
     warmup: int
     db_seconds: float
     db_clients: tuple[int, ...]
@@ -97,7 +98,6 @@ class Config:
     latency_seconds: float
     window: int
     run_seconds: float
-    prepublished: bool
     phases: tuple[str, ...]
     output: Path
 
@@ -108,12 +108,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
         description="Measure the worker against the database and broker limits and a peer.",
     )
     add = parser.add_argument
-    add("--calls", type=int, default=_env_int("BENCH_CALLS", 10_000),
-        help="calls per worker throughput run (env BENCH_CALLS)")  # fmt: skip
+    add("--calls", type=int, default=_env_int("BENCH_CALLS", 6_000),
+        help="calls per throughput run, worker or broker loop (env BENCH_CALLS)")  # fmt: skip
     add("--peer-calls", type=int, default=_env_int("BENCH_PEER_CALLS", 5_000),
         help="calls for the FastStream peer (env BENCH_PEER_CALLS)")  # fmt: skip
-    add("--broker-calls", type=int, default=_env_int("BENCH_BROKER_CALLS", 10_000),
-        help="calls for the broker-limit loop (env BENCH_BROKER_CALLS)")  # fmt: skip
+    add("--rounds", type=int, default=_env_int("BENCH_ROUNDS", 3),
+        help="broker-loop and worker runs, taken in turns; the ratio is their median"
+        " (env BENCH_ROUNDS)")  # fmt: skip
     add("--warmup", type=int, default=_env_int("BENCH_WARMUP", 300),
         help="calls answered before each timed run (env BENCH_WARMUP)")  # fmt: skip
     add("--db-seconds", type=float, default=_env_float("BENCH_DB_SECONDS", 5.0),
@@ -137,8 +138,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="outstanding publisher confirms of the bench's publishers")  # fmt: skip
     add("--run-seconds", type=float, default=_env_float("BENCH_RUN_SECONDS", 45.0),
         help="a throughput run stops counting after this long (env BENCH_RUN_SECONDS)")  # fmt: skip
-    add("--no-prepublished", dest="prepublished", action="store_false",
-        help="skip the worker run on calls published before it starts")  # fmt: skip
     add("--phases", default=os.environ.get("BENCH_PHASES", ",".join(PHASES)),
         help="phases to run, comma-separated; they run in their fixed order"
         " (env BENCH_PHASES)")  # fmt: skip
@@ -147,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     return Config(
         calls=args.calls,
         peer_calls=args.peer_calls,
-        broker_calls=args.broker_calls,
+        rounds=args.rounds,
         warmup=args.warmup,
         db_seconds=args.db_seconds,
         db_clients=tuple(int(part) for part in args.db_clients.split(",") if part.strip()),
@@ -159,7 +158,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
         latency_seconds=args.latency_seconds,
         window=args.window,
         run_seconds=args.run_seconds,
-        prepublished=args.prepublished,
         phases=tuple(name.strip() for name in args.phases.split(",") if name.strip()),
         output=args.output,
     )
@@ -220,6 +218,30 @@ async def _start_worker(bench: Bench, name: str) -> Child:
     return child
 
 
+async def _worker_run(
+    bench: Bench, config: Config, targets: Sequence[Target], name: str, *, prepublished: bool
+) -> tuple[RunFigure, float]:
+    """A fresh worker process answering `config.calls` calls: its figure and peak RSS."""
+    if prepublished:
+        worker, _ = _worker(bench, name)  # started once the queue is full
+    else:
+        worker = await _start_worker(bench, name)
+    try:
+        figure = await throughput_run(
+            bench,
+            name.replace("-", ""),
+            targets,
+            calls=config.calls,
+            warmup=0 if prepublished else config.warmup,
+            timeout=_timeout(config.calls),
+            consumer=worker,
+            prepublished=prepublished,
+        )
+        return figure, worker.peak_rss_mb()
+    finally:
+        await worker.terminate()
+
+
 async def _broker_loop(
     bench: Bench,
     config: Config,
@@ -258,9 +280,9 @@ async def _broker_loop(
             bench,
             name.replace("-", ""),
             targets,
-            calls=config.broker_calls,
+            calls=config.calls,
             warmup=0 if prepublished else config.warmup,
-            timeout=_timeout(config.broker_calls),
+            timeout=_timeout(config.calls),
             consumer=loop,
             prepublished=prepublished,
         )
@@ -306,7 +328,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         await seed_servers(url, config.servers)
         seeded = await grow_memories(url, config.memories)
         _say(f"seeded {config.memories} memories over {config.servers} servers in {seeded:.1f}s")
-        most = max(config.calls, config.peer_calls, config.broker_calls, config.memories)
+        most = max(config.calls, config.peer_calls, config.memories)
         targets = await pick_targets(url, most, seed=1)
 
         sample: Sample | None = None
@@ -355,22 +377,6 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     results["db_limit_batched_tps"] = round(batched.tps, 1)
                     _say(f"  db limit, 2 x {config.db_batch} calls: {batched.tps:.0f} calls/s")
 
-        for phase, publish, prepublished in (
-            ("broker_limit", "aio-pika", False),
-            ("broker_limit_aiormq", "aiormq", False),
-            ("broker_limit_prepublished", "aio-pika", True),
-        ):
-            if not phases.wanted(phase):
-                continue
-            async with phases.phase(phase):
-                assert sample is not None, "no sample events"
-                figure = await _broker_loop(
-                    bench, config, sample_path, targets, publish=publish, prepublished=prepublished
-                )
-                details[phase] = {**figure.as_dict(), "publish": publish}
-                results[f"{phase}_tps"] = round(figure.tps, 1)
-                _say(f"  {phase} ({publish} publishes): {figure.tps:.0f} calls/s")
-
         if phases.wanted("peer"):
             async with phases.phase("peer"):
                 ready = workdir / "peer.ready"
@@ -403,27 +409,84 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 _say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
 
         rss: list[float] = []
-        worker: Child | None = None
         if phases.wanted("throughput"):
             async with phases.phase("throughput"):
-                worker = await _start_worker(bench, "worker")
-                figure = await throughput_run(
-                    bench,
-                    "worker",
-                    targets,
-                    calls=config.calls,
-                    warmup=config.warmup,
-                    timeout=_timeout(config.calls),
-                    consumer=worker,
+                assert sample is not None, "no sample events"
+                # The machine's speed drifts within minutes: the broker loop and the worker
+                # run in turns, each round's ratio is taken, and the median of them reported.
+                rounds: list[dict[str, Any]] = []
+                for number in range(1, config.rounds + 1):
+                    loop_first = number % 2 == 1
+                    figures: dict[str, RunFigure] = {}
+                    for which in ("loop", "worker") if loop_first else ("worker", "loop"):
+                        if which == "loop":
+                            figures[which] = await _broker_loop(
+                                bench,
+                                config,
+                                sample_path,
+                                targets,
+                                publish="aio-pika",
+                                prepublished=False,
+                            )
+                        else:
+                            figures[which], peak = await _worker_run(
+                                bench, config, targets, f"worker-{number}", prepublished=False
+                            )
+                            rss.append(peak)
+                    loop_figure, worker_figure = figures["loop"], figures["worker"]
+                    ratio = worker_figure.tps / loop_figure.tps
+                    rounds.append(
+                        {
+                            "broker_limit": loop_figure.as_dict(),
+                            "worker": worker_figure.as_dict(),
+                            "ratio": round(ratio, 3),
+                        }
+                    )
+                    _say(
+                        f"  round {number}: broker loop {loop_figure.tps:.0f} calls/s, "
+                        f"worker {worker_figure.tps:.0f} calls/s "
+                        f"({worker_figure.failures} not updated), ratio {ratio:.2f}"
+                    )
+                details["throughput_rounds"] = rounds
+                results["broker_limit_tps"] = round(
+                    median(r["broker_limit"]["tps"] for r in rounds), 1
                 )
-                details["throughput"] = figure.as_dict()
-                results["throughput"] = round(figure.tps, 1)
-                _say(f"  worker: {figure.tps:.0f} calls/s ({figure.failures} not updated)")
+                results["throughput"] = round(median(r["worker"]["tps"] for r in rounds), 1)
+                results["ratio_vs_broker"] = round(median(r["ratio"] for r in rounds), 3)
 
+        if phases.wanted("broker_limit_aiormq"):
+            async with phases.phase("broker_limit_aiormq"):
+                assert sample is not None, "no sample events"
+                figure = await _broker_loop(
+                    bench, config, sample_path, targets, publish="aiormq", prepublished=False
+                )
+                details["broker_limit_aiormq"] = figure.as_dict()
+                results["broker_limit_aiormq_tps"] = round(figure.tps, 1)
+                _say(f"  broker loop on aiormq: {figure.tps:.0f} calls/s")
+
+        if phases.wanted("prepublished"):
+            async with phases.phase("prepublished"):
+                assert sample is not None, "no sample events"
+                figure = await _broker_loop(
+                    bench, config, sample_path, targets, publish="aio-pika", prepublished=True
+                )
+                details["broker_limit_prepublished"] = figure.as_dict()
+                results["broker_limit_prepublished_tps"] = round(figure.tps, 1)
+                figure, peak = await _worker_run(
+                    bench, config, targets, "worker-prepublished", prepublished=True
+                )
+                rss.append(peak)
+                details["throughput_prepublished"] = figure.as_dict()
+                results["throughput_prepublished"] = round(figure.tps, 1)
+                _say(
+                    f"  on a full queue: broker loop {results['broker_limit_prepublished_tps']:.0f}"
+                    f" calls/s, worker {figure.tps:.0f} calls/s"
+                )
+
+        worker: Child | None = None
         if phases.wanted("latency"):
             async with phases.phase("latency"):
-                if worker is None or not worker.running():
-                    worker = await _start_worker(bench, "worker-latency")
+                worker = await _start_worker(bench, "worker-latency")
                 latency = await latency_run(
                     bench,
                     targets,
@@ -440,26 +503,6 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
                     f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
                 )
-
-        if config.prepublished and phases.wanted("throughput_prepublished"):
-            async with phases.phase("throughput_prepublished"):
-                if worker is not None and worker.running():
-                    rss.append(worker.peak_rss_mb())
-                    await worker.terminate()
-                worker, _ = _worker(bench, "worker-prepublished")
-                figure = await throughput_run(
-                    bench,
-                    "prepub",
-                    targets,
-                    calls=config.calls,
-                    warmup=0,
-                    timeout=_timeout(config.calls),
-                    consumer=worker,
-                    prepublished=True,
-                )
-                details["throughput_prepublished"] = figure.as_dict()
-                results["throughput_prepublished"] = round(figure.tps, 1)
-                _say(f"  worker on a full queue: {figure.tps:.0f} calls/s")
 
         if config.big_memories > 0 and phases.wanted("cost_1m_vs_10k"):
             async with phases.phase("cost_1m_vs_10k"):
@@ -515,8 +558,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
     # Each ratio divides figures measured the same way: calls published during the run, or
     # a full queue before the consumer starts.
-    for ratio, numerator, denominator in (
-        ("ratio_vs_broker", "throughput", "broker_limit_tps"),
+    for key, numerator, denominator in (
         ("ratio_vs_broker_aiormq", "throughput", "broker_limit_aiormq_tps"),
         (
             "ratio_vs_broker_prepublished",
@@ -526,7 +568,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         ("ratio_vs_peer", "throughput", "peer_tps"),
     ):
         if results.get(numerator) and results.get(denominator):
-            results[ratio] = round(results[numerator] / results[denominator], 3)
+            results[key] = round(results[numerator] / results[denominator], 3)
     results["targets"] = evaluate(results)
     results["details"] = details
     results["phase_seconds"] = phases.seconds
@@ -678,6 +720,10 @@ def render_table(results: dict[str, Any]) -> str:
             f"shares these {machine.get('nproc', '?')} cores, so the figures are lower than on "
             "a quiet machine"
         )
+    rounds = results.get("details", {}).get("throughput_rounds") or []
+    if rounds:
+        ratios = ", ".join(f"{r['ratio']:.2f}" for r in rounds)
+        lines.append(f"ratio_vs_broker is the median of its rounds: {ratios}")
     errors = results.get("errors") or {}
     for name, error in errors.items():
         lines.append(f"phase {name} failed: {error.splitlines()[0] if error else ''}")
