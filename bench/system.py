@@ -158,14 +158,16 @@ async def throughput_run(
     timeout: float,
     consumer: Child | None = None,
     prepublished: bool = False,
+    database_url: str | None = None,
 ) -> RunFigure:
     """Sustained answered calls per second of whatever consumes the worker queue now.
 
     The publisher is a separate process. With `prepublished`, every call is in the queue
     before `consumer` (not yet started) is started; otherwise the publisher runs while the
-    consumer (already running) answers.
+    consumer (already running) answers. `database_url`: the consumer's database, when it is
+    not the bench's own.
     """
-    await reset_calls(bench.services.database_url)
+    await reset_calls(database_url or bench.services.database_url)
     if not prepublished:
         await warm_up(bench, targets, warmup, timeout)
     run = bench.run_name(base)

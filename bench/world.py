@@ -151,8 +151,6 @@ async def reset_calls(url: str) -> None:
     """Empties what each call adds (inbox, outbox, revisions), so each run starts alike."""
     await _execute(url, "TRUNCATE tool_call_inbox, outbox, memory_revisions")
     await _execute(url, "VACUUM ANALYZE server_memories")
-    # The previous run's dirty pages written now, not during the next run.
-    await _execute(url, "CHECKPOINT")
 
 
 def content_for(number: int) -> str:
