@@ -71,6 +71,7 @@ from contracts import (
 from gateway import DiscordSender, Gateway, RetryPolicy, discord_nonce
 from infra.settings import Settings
 from infra.topology import declare_topology
+from tests.support.broker import delete_topology
 from tests.support.fake_discord import FakeDiscord
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices, rabbitmqctl, refuse_connections, test_services
@@ -1411,21 +1412,12 @@ async def _delete_topology(settings: Settings, topology: Topology, shards: int) 
         connection = await aio_pika.connect(settings.amqp_url)
         async with connection:
             channel = await connection.channel()
-            queues = [
-                topology.worker_queue,
-                topology.dead_letter_queue,
-                topology.audit_stream,
+            for queue in (
                 f"{topology.prefix}.chaos.tap",
                 *(topology.shard_queue(shard) for shard in range(shards)),
-            ]
-            for queue in queues:
-                await channel.queue_delete(queue)
-            for exchange in (
-                topology.tool_calls_exchange,
-                topology.dead_letter_exchange,
-                topology.events_exchange,
             ):
-                await channel.exchange_delete(exchange)
+                await channel.queue_delete(queue)
+            await delete_topology(channel, topology)
 
 
 # -- the command ---------------------------------------------------------------------------

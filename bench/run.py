@@ -224,6 +224,29 @@ async def _start_worker(bench: Bench, name: str, database_url: str | None = None
     return child
 
 
+async def _answered_by(
+    bench: Bench,
+    config: Config,
+    targets: Sequence[Target],
+    consumer: Child,
+    *,
+    prepublished: bool,
+    database_url: str | None = None,
+) -> RunFigure:
+    """`config.calls` calls answered by `consumer`, driven alike for every consumer compared."""
+    return await throughput_run(
+        bench,
+        consumer.name.replace("-", ""),
+        targets,
+        calls=config.calls,
+        warmup=0 if prepublished else config.warmup,
+        timeout=_timeout(config.calls),
+        consumer=consumer,
+        prepublished=prepublished,
+        database_url=database_url,
+    )
+
+
 async def _worker_run(
     bench: Bench,
     config: Config,
@@ -239,16 +262,8 @@ async def _worker_run(
     else:
         worker = await _start_worker(bench, name, database_url)
     try:
-        figure = await throughput_run(
-            bench,
-            name.replace("-", ""),
-            targets,
-            calls=config.calls,
-            warmup=0 if prepublished else config.warmup,
-            timeout=_timeout(config.calls),
-            consumer=worker,
-            prepublished=prepublished,
-            database_url=database_url,
+        figure = await _answered_by(
+            bench, config, targets, worker, prepublished=prepublished, database_url=database_url
         )
         return figure, worker.peak_rss_mb()
     finally:
@@ -289,16 +304,7 @@ async def _broker_loop(
         if not prepublished:
             loop.start()
             await loop.wait_file(ready)
-        return await throughput_run(
-            bench,
-            name.replace("-", ""),
-            targets,
-            calls=config.calls,
-            warmup=0 if prepublished else config.warmup,
-            timeout=_timeout(config.calls),
-            consumer=loop,
-            prepublished=prepublished,
-        )
+        return await _answered_by(bench, config, targets, loop, prepublished=prepublished)
     finally:
         await loop.terminate()
 
