@@ -42,6 +42,8 @@ def _stop_on_signals(worker: Worker) -> None:
     """SIGTERM and SIGINT stop the worker: it drains what is in flight, then `run` returns."""
 
     def stop() -> None:
+        if worker.stopping:  # Ctrl-C reaches every process of the group, then a SIGTERM
+            return
         log.info("stopping: draining in-flight calls")
         worker.stop()
 

@@ -102,6 +102,10 @@ class Worker:
     def ready(self) -> bool:
         return self._consuming and not self._stopping.is_set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         self._stopping.set()
 
