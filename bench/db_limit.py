@@ -5,10 +5,10 @@ worker sends, with the parameters its own builders make, in the worker's own pip
 transaction: the mark of the previous transaction's outbox rows (confirmed by the broker
 meanwhile, as a busy worker marks them in its next commit) with the claim of the inbox row
 and the server state; the scoped update with its revision; the finish statement (the outbox
-rows and the stored result) with the commit. Each client
-updates its own share of the memories, so that clients do not wait on each other's row
-locks. With `batch` > 1, that many calls share each transaction (each statement takes the
-whole batch), which is what the worker does with calls that arrive together.
+rows and the stored result) with the commit. Each client updates its own share of the
+memories, so that clients do not wait on each other's row locks. With `batch` > 1, that many
+calls share each transaction (each statement takes the whole batch), which is what the worker
+does with calls that arrive together.
 
 The events queued are the sample's (what the running worker emitted for one call), each
 with a fresh id and the call's ids, and their captured bodies: the outbox stores what the

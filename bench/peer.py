@@ -56,8 +56,8 @@ from contracts import (
     embed_routing_key,
     encode_event,
     result_routing_key,
+    worker_queue_arguments,
 )
-from infra.topology import worker_queue_arguments
 from worker.adapters.database import Answer, apply_params, claim_params
 from worker.adapters.outbox import OutgoingEvent
 

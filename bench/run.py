@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
@@ -309,6 +309,17 @@ async def _broker_loop(
         await loop.terminate()
 
 
+async def _in_turns(
+    rounds: int, contenders: Mapping[str, Callable[[int], Awaitable[RunFigure]]]
+) -> AsyncIterator[tuple[int, dict[str, RunFigure]]]:
+    """Each round runs every contender once, by name; who goes first alternates, so that the
+    machine's drift within a round favours none of them."""
+    names = list(contenders)
+    for number in range(1, rounds + 1):
+        order = names if number % 2 == 1 else names[::-1]
+        yield number, {name: await contenders[name](number) for name in order}
+
+
 async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
     """Every phase, in order; returns the results document."""
     task = asyncio.current_task()
@@ -428,43 +439,52 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 _say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
 
         rss: list[float] = []
+
+        def fresh_workers(
+            label: str, run_targets: Sequence[Target], database_url: str | None = None
+        ) -> Callable[[int], Awaitable[RunFigure]]:
+            """A contender of `_in_turns`: a fresh worker each round, its peak RSS kept."""
+
+            async def run(number: int) -> RunFigure:
+                figure, peak = await _worker_run(
+                    bench,
+                    config,
+                    run_targets,
+                    f"worker-{label}-{number}",
+                    prepublished=False,
+                    database_url=database_url,
+                )
+                rss.append(peak)
+                return figure
+
+            return run
+
         if phases.wanted("throughput"):
             async with phases.phase("throughput"):
                 assert sample is not None, "no sample events"
-                # The machine's speed drifts within minutes: the broker loop and the worker
-                # run in turns, each round's ratio is taken, and the median of them reported.
+
+                async def loop_run(number: int) -> RunFigure:
+                    return await _broker_loop(
+                        bench, config, sample_path, targets, publish="aio-pika", prepublished=False
+                    )
+
                 rounds: list[dict[str, Any]] = []
-                for number in range(1, config.rounds + 1):
-                    loop_first = number % 2 == 1
-                    figures: dict[str, RunFigure] = {}
-                    for which in ("loop", "worker") if loop_first else ("worker", "loop"):
-                        if which == "loop":
-                            figures[which] = await _broker_loop(
-                                bench,
-                                config,
-                                sample_path,
-                                targets,
-                                publish="aio-pika",
-                                prepublished=False,
-                            )
-                        else:
-                            figures[which], peak = await _worker_run(
-                                bench, config, targets, f"worker-{number}", prepublished=False
-                            )
-                            rss.append(peak)
-                    loop_figure, worker_figure = figures["loop"], figures["worker"]
-                    ratio = worker_figure.tps / loop_figure.tps
+                turns = _in_turns(
+                    config.rounds, {"loop": loop_run, "worker": fresh_workers("paired", targets)}
+                )
+                async for number, run in turns:
+                    ratio = run["worker"].tps / run["loop"].tps
                     rounds.append(
                         {
-                            "broker_limit": loop_figure.as_dict(),
-                            "worker": worker_figure.as_dict(),
+                            "broker_limit": run["loop"].as_dict(),
+                            "worker": run["worker"].as_dict(),
                             "ratio": round(ratio, 3),
                         }
                     )
                     _say(
-                        f"  round {number}: broker loop {loop_figure.tps:.0f} calls/s, "
-                        f"worker {worker_figure.tps:.0f} calls/s "
-                        f"({worker_figure.failures} not updated), ratio {ratio:.2f}"
+                        f"  round {number}: broker loop {run['loop'].tps:.0f} calls/s, "
+                        f"worker {run['worker'].tps:.0f} calls/s "
+                        f"({run['worker'].failures} not updated), ratio {ratio:.2f}"
                     )
                 details["throughput_rounds"] = rounds
                 results["broker_limit_tps"] = round(
@@ -538,34 +558,27 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     stored = await memory_count(big_url)
                     _say(f"  grew a second database to {stored} memories in {grown:.1f}s")
                     big_targets = await pick_targets(big_url, config.calls, seed=2)
-                    sizes = {"small": (url, targets), "big": (big_url, big_targets)}
                     cost_rounds: list[dict[str, Any]] = []
-                    for number in range(1, config.rounds + 1):
-                        order = ("small", "big") if number % 2 == 1 else ("big", "small")
-                        runs: dict[str, RunFigure] = {}
-                        for size in order:
-                            size_url, size_targets = sizes[size]
-                            runs[size], peak = await _worker_run(
-                                bench,
-                                config,
-                                size_targets,
-                                f"worker-{size}-{number}",
-                                prepublished=False,
-                                database_url=size_url,
-                            )
-                            rss.append(peak)
-                        cost = runs["small"].tps / runs["big"].tps
+                    turns = _in_turns(
+                        config.rounds,
+                        {
+                            "small": fresh_workers("small", targets, url),
+                            "big": fresh_workers("big", big_targets, big_url),
+                        },
+                    )
+                    async for number, run in turns:
+                        cost = run["small"].tps / run["big"].tps
                         cost_rounds.append(
                             {
-                                "small": runs["small"].as_dict(),
-                                "big": runs["big"].as_dict(),
+                                "small": run["small"].as_dict(),
+                                "big": run["big"].as_dict(),
                                 "cost": round(cost, 3),
                             }
                         )
                         _say(
                             f"  round {number}: {config.memories} memories "
-                            f"{runs['small'].tps:.0f} calls/s, {stored} memories "
-                            f"{runs['big'].tps:.0f} calls/s, cost {cost:.2f}"
+                            f"{run['small'].tps:.0f} calls/s, {stored} memories "
+                            f"{run['big'].tps:.0f} calls/s, cost {cost:.2f}"
                         )
                 finally:
                     await asyncio.to_thread(drop_database, big_url)

@@ -7,8 +7,6 @@ really costs. They are captured from a private queue bound `#` on the events exc
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +20,7 @@ from pamqp.commands import Basic
 from bench.amqp import call_message
 from bench.world import Target, content_for, events_queued_for, tool_call
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
+from tests.support.waiting import eventually
 from worker.adapters.broker import event_properties
 
 __all__ = ["Sample", "SampleEvent", "capture", "message_for", "properties_for"]
@@ -126,20 +125,20 @@ async def capture(
         ),
         routing_key=UPDATE_LONG_TERM_MEMORY,
     )
-    deadline = time.monotonic() + timeout
-    queued: int | None = None
-    while time.monotonic() < deadline:
-        if queued is None and any(m.type == "tool_call.completed" for m in seen):
-            queued = await events_queued_for(database_url, tool_call_id)
-        if queued is not None and len(seen) >= queued:
-            break
-        await asyncio.sleep(0.05)
+    queued: list[int] = []  # known once the result is in
+
+    async def complete() -> bool:
+        if not queued:
+            if not any(m.type == "tool_call.completed" for m in seen):
+                return False
+            queued.append(await events_queued_for(database_url, tool_call_id))
+        return len(seen) >= queued[0]
+
+    await eventually(complete, timeout=timeout, what="every event of the sample call")
     await channel.close()
     await publisher.close()
-    results = [m for m in seen if m.type == "tool_call.completed"]
-    if not results:
-        raise RuntimeError(f"the worker did not answer the sample call within {timeout}s")
-    answer = orjson.loads(results[0].body)
+    [result] = [m for m in seen if m.type == "tool_call.completed"]
+    answer = orjson.loads(result.body)
     if answer.get("status") != "memory_updated_successfully":
         raise RuntimeError(f"the sample call did not update its memory: {answer}")
     return Sample(

@@ -25,7 +25,6 @@ __all__ = [
     "declare_events_exchange",
     "declare_shard_queue",
     "declare_topology",
-    "worker_queue_arguments",
 ]
 
 SUPPORTED_TOOLS: Final = (UPDATE_LONG_TERM_MEMORY,)

@@ -100,7 +100,7 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        return self._consuming and not self._stopping.is_set()
+        return self._consuming and not self.stopping
 
     @property
     def stopping(self) -> bool:

@@ -25,6 +25,7 @@ from infra.database import drop_database, migrate
 
 __all__ = [
     "TestServices",
+    "connection_pids",
     "database_refused",
     "rabbitmqctl",
     "refuse_connections",
@@ -94,6 +95,16 @@ def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
     )
+
+
+def connection_pids(vhost: str, name: str) -> list[str]:
+    """The broker's ids of the open connections in `vhost` that named themselves `name`."""
+    listed = rabbitmqctl("list_connections", "-p", vhost, "pid", "client_properties").stdout
+    return [
+        pid
+        for pid, _, properties in (line.partition("\t") for line in listed.splitlines())
+        if pid.startswith("<") and f'"{name}"' in properties
+    ]
 
 
 def _with_vhost(url: str, vhost: str) -> str:

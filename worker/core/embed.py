@@ -16,11 +16,6 @@ from contracts.embeds import (
 from worker.core.model import MemoryWrite, WrittenMemory
 
 __all__ = [
-    "DESCRIPTION_LIMIT",
-    "FIELD_VALUE_LIMIT",
-    "FOOTER_LIMIT",
-    "TITLE_LIMIT",
-    "TOTAL_LIMIT",
     "build_embed",
     "render_placeholders",
 ]

@@ -27,9 +27,8 @@ from aio_pika.abc import (
 )
 from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError
 
-from contracts import Topology
+from contracts import Topology, worker_queue_arguments
 from infra.settings import Settings
-from infra.topology import worker_queue_arguments
 from worker.adapters.broker import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [

@@ -135,21 +135,12 @@ async def _queue_gone(connection: AbstractRobustConnection, name: str) -> bool:
             await channel.close()
 
 
-def _connection_pids(vhost: str, name: str) -> list[str]:
-    listed = support.rabbitmqctl("list_connections", "-p", vhost, "pid", "client_properties").stdout
-    return [
-        pid
-        for pid, _, properties in (line.partition("\t") for line in listed.splitlines())
-        if pid.startswith("<") and f'"{name}"' in properties
-    ]
-
-
 async def _no_connection(vhost: str, name: str) -> bool:
-    return not await asyncio.to_thread(_connection_pids, vhost, name)
+    return not await asyncio.to_thread(support.connection_pids, vhost, name)
 
 
 def _no_channels(vhost: str, name: str) -> bool:
     """True when the named connection is open and has no channel open on it."""
-    (pid,) = _connection_pids(vhost, name)
+    (pid,) = support.connection_pids(vhost, name)
     listed = support.rabbitmqctl("list_channels", "-p", vhost, "connection").stdout
     return not any(line.strip() == pid for line in listed.splitlines())

@@ -167,22 +167,12 @@ async def test_the_gateway_recovers_when_the_broker_drops_its_connection(
     assert len(fake_discord.posts(after.channel_id)) == 1
 
 
-def _connections(vhost: str) -> list[tuple[str, str]]:
-    listed = support.rabbitmqctl("list_connections", "-p", vhost, "pid", "client_properties").stdout
-    found = []
-    for line in listed.splitlines():
-        pid, _, properties = line.partition("\t")
-        if pid.startswith("<"):
-            found.append((pid, properties))
-    return found
-
-
 def _has_connection(vhost: str, name: str) -> bool:
-    return any(f'"{name}"' in properties for _, properties in _connections(vhost))
+    return bool(support.connection_pids(vhost, name))
 
 
 def _close_connection(vhost: str, name: str) -> bool:
-    pids = [pid for pid, properties in _connections(vhost) if f'"{name}"' in properties]
+    pids = support.connection_pids(vhost, name)
     for pid in pids:
         support.rabbitmqctl("close_connection", pid, "test: broker drops the gateway")
     return bool(pids)

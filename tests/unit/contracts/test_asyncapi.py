@@ -111,6 +111,25 @@ def test_queue_arguments_are_the_ones_declared(document: dict[str, Any]) -> None
     }
 
 
+def test_queue_arguments_are_the_contracts() -> None:
+    # Written out from CONTRACT.md's topology table: the helpers are the one source the
+    # processes and the document share, so only this catches a change to them.
+    assert worker_queue_arguments(Topology()) == {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": "ltm.dead_letter",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": 5,
+    }
+    assert dead_letter_queue_arguments() == {"x-queue-type": "quorum"}
+    assert shard_queue_arguments() == {"x-queue-type": "quorum"}
+    assert audit_stream_arguments() == {
+        "x-queue-type": "stream",
+        "x-max-age": "30D",
+        "x-stream-max-segment-size-bytes": 50_000_000,
+    }
+
+
 def test_operations_reference_messages_of_their_channel(document: dict[str, Any]) -> None:
     for name, operation in document["operations"].items():
         assert operation["action"] in ("send", "receive"), name

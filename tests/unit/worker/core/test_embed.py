@@ -9,15 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts import DELETE_COLOR, UPDATE_COLOR, EmbedPayload
-from worker.core.embed import (
+from contracts.embeds import (
     DESCRIPTION_LIMIT,
     FIELD_VALUE_LIMIT,
     FOOTER_LIMIT,
     TITLE_LIMIT,
     TOTAL_LIMIT,
-    build_embed,
-    render_placeholders,
 )
+from worker.core.embed import build_embed, render_placeholders
 from worker.core.model import MemoryWrite, WrittenMemory
 
 SERVER_UPDATE = MemoryWrite(
