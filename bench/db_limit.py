@@ -168,7 +168,7 @@ async def _client(
     ready: asyncio.Barrier,
 ) -> tuple[int, int, float, float]:
     """(calls, failures, started, ended) of one client."""
-    connection = await psycopg.AsyncConnection.connect(url, row_factory=dict_row)
+    connection = await psycopg.AsyncConnection.connect(url, row_factory=dict_row, autocommit=True)
     async with connection:
         cursor = connection.cursor()
         outgoing = _Outgoing.of(sample)

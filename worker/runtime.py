@@ -47,7 +47,7 @@ from worker.adapters.broker import EventPublisher
 from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxStore
-from worker.batching import CallBatcher, GroupCommit
+from worker.batching import CallBatcher, GroupCommit, TakenFlush
 from worker.core import messages
 from worker.service import Processed, answer, process_tool_calls
 
@@ -240,35 +240,19 @@ class Worker:
     async def _run_pipeline(self, calls: list[ToolCallRequested]) -> list[Processed]:
         """One transaction for the batch, retried as a whole on transient faults, bounded."""
         self.metrics.batch_size.observe(len(calls))
-
-        def count_retry(state: RetryCallState) -> None:
-            self.metrics.db_retries.inc()
-            outcome = state.outcome
-            error = outcome.exception() if outcome is not None else None
-            log.warning("transient database fault; retrying", error=repr(error), batch=len(calls))
-
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            stop=stop_after_delay(self.settings.db_retry_seconds),
-            wait=wait_exponential_jitter(initial=0.05, max=1.0, jitter=0.1),
-            before_sleep=count_retry,
-            reraise=True,
-        )
         # Rows of earlier calls that the broker has confirmed are marked in this commit,
         # instead of in a transaction of their own.
         marks = self._published.take()
+        started = time.monotonic()
         try:
-            async for attempt in retrying:
-                with attempt:
-                    async with self.store.transaction() as tx:
-                        if marks is not None:
-                            await tx.mark_published(marks.ids)
-                        processed = await process_tool_calls(
-                            calls,
-                            tx,
-                            max_memory_length=self.settings.max_memory_length,
-                            reply_ttl_ms=self._reply_ttl_ms,
-                        )
+            try:
+                processed = await self._transaction(calls, marks)
+            except Exception as error:
+                # The retry machinery is built only when needed: most batches commit at once.
+                if not is_transient(error):
+                    raise
+                self._count_retry(error, len(calls))
+                processed = await self._retry(calls, marks, started)
         except BaseException:
             if marks is not None:
                 self._published.give_back(marks)
@@ -276,6 +260,52 @@ class Worker:
         if marks is not None:
             marks.flushed()
         return processed
+
+    async def _transaction(
+        self, calls: list[ToolCallRequested], marks: TakenFlush[uuid.UUID] | None
+    ) -> list[Processed]:
+        async with self.store.transaction() as tx:
+            if marks is not None:
+                await tx.mark_published(marks.ids)
+            return await process_tool_calls(
+                calls,
+                tx,
+                max_memory_length=self.settings.max_memory_length,
+                reply_ttl_ms=self._reply_ttl_ms,
+            )
+
+    async def _retry(
+        self,
+        calls: list[ToolCallRequested],
+        marks: TakenFlush[uuid.UUID] | None,
+        started: float,
+    ) -> list[Processed]:
+        """Attempts after a transient fault, until the retry budget counted from `started`.
+
+        The first comes at once (a lost connection is replaced by then); later ones back off.
+        """
+        budget = max(0.0, self.settings.db_retry_seconds - (time.monotonic() - started))
+
+        def count_retry(state: RetryCallState) -> None:
+            outcome = state.outcome
+            self._count_retry(outcome.exception() if outcome is not None else None, len(calls))
+
+        wait = wait_exponential_jitter(max=1.0, jitter=0.1, multiplier=0.05)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_delay(budget),
+            wait=wait,
+            before_sleep=count_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._transaction(calls, marks)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    def _count_retry(self, error: BaseException | None, batch: int) -> None:
+        self.metrics.db_retries.inc()
+        log.warning("transient database fault; retrying", error=repr(error), batch=batch)
 
     async def _deliver(
         self, message: DeliveredMessage, call: ToolCallRequested, processed: Processed

@@ -8,6 +8,7 @@ few uses: the ORM stays off the hot path.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from sqlalchemy import TextClause, text
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event
 from worker.adapters.outbox import (
@@ -528,11 +529,31 @@ def _without_nul(value: Any) -> Any:
     return value
 
 
-class MemoryStore:
-    """The database of the pipeline: hands out one transaction per tool call."""
+# A held connection goes back to the pool after this long, as the pool's own recycling would.
+_HELD_FOR_S: Final = 1800.0
 
-    def __init__(self, engine: AsyncEngine) -> None:
+
+@dataclass(slots=True)
+class _HeldConnection:
+    """A pooled connection kept between transactions, in autocommit (BEGIN is sent by hand)."""
+
+    pooled: AsyncConnection
+    driver: psycopg.AsyncConnection[Any]
+    since: float
+
+
+class MemoryStore:
+    """The database of the pipeline: hands out one transaction per batch of tool calls.
+
+    Between transactions it keeps its connections out of the pool: a checkout and a return
+    each, and the switch to autocommit and back, cost more than the rest of a one-call
+    transaction's client side. At most as many are kept as transactions ran at once.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, held_for_s: float = _HELD_FOR_S) -> None:
         self.engine = engine
+        self._held_for_s = held_for_s
+        self._idle: list[_HeldConnection] = []
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
@@ -542,22 +563,53 @@ class MemoryStore:
 
     @asynccontextmanager
     async def driver_transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled psycopg connection in a transaction, committed when the block ends."""
-        async with self.engine.connect() as connection:
-            pooled = await connection.get_raw_connection()
-            driver = pooled.driver_connection
+        """A psycopg connection in a transaction, committed when the block ends."""
+        held = self._idle.pop() if self._idle else await self._hold()
+        try:
+            async with pipelined_transaction(held.driver):
+                yield held.driver
+        except BaseException:
+            # Whatever failed, the connection goes back (or, lost, away) rather than being
+            # trusted again: the retry takes a fresh one.
+            await _let_go(held)
+            raise
+        if time.monotonic() - held.since > self._held_for_s:
+            await _let_go(held)
+        else:
+            self._idle.append(held)
+
+    async def _hold(self) -> _HeldConnection:
+        pooled = await self.engine.connect()
+        try:
+            driver = (await pooled.get_raw_connection()).driver_connection
             assert isinstance(driver, psycopg.AsyncConnection)
-            try:
-                async with pipelined_transaction(driver):
-                    yield driver
-            except psycopg.OperationalError:
-                # A lost connection must not go back to the pool for the retry to take.
-                if driver.closed:
-                    await connection.invalidate()
-                raise
+            await driver.set_autocommit(True)
+        except BaseException:
+            await pooled.close()
+            raise
+        return _HeldConnection(pooled, driver, time.monotonic())
+
+    async def release(self) -> None:
+        """Gives the kept connections back to the pool."""
+        while self._idle:
+            await _let_go(self._idle.pop())
 
     async def close(self) -> None:
+        await self.release()
         await self.engine.dispose()
+
+
+async def _let_go(held: _HeldConnection) -> None:
+    """Back to the pool as the pool lent it; a lost connection is discarded instead."""
+    driver = held.driver
+    try:
+        if not driver.closed:
+            await driver.set_autocommit(False)
+    except psycopg.Error:
+        await driver.close()
+    if driver.closed:
+        await held.pooled.invalidate()
+    await held.pooled.close()
 
 
 @asynccontextmanager
@@ -567,9 +619,10 @@ async def pipelined_transaction(driver: psycopg.AsyncConnection[Any]) -> AsyncIt
     In pipeline mode, statements whose rows are not read (BEGIN, the mark, FINISH, COMMIT) go
     with the next round trip. psycopg's `transaction()` would wait for BEGIN, and sync before
     COMMIT: three round trips of seven per batch. Hence BEGIN and COMMIT sent by hand, on a
-    connection switched to autocommit for the while so that psycopg adds none of its own.
+    connection in autocommit, so that psycopg adds none of its own.
     """
-    await driver.set_autocommit(True)
+    if not driver.autocommit:
+        raise ValueError("a pipelined transaction needs a connection in autocommit")
     try:
         async with driver.pipeline():
             await driver.execute(_BEGIN)
@@ -583,6 +636,3 @@ async def pipelined_transaction(driver: psycopg.AsyncConnection[Any]) -> AsyncIt
             except psycopg.Error:
                 await driver.close()  # the pool then discards it
         raise
-    finally:
-        if not driver.closed:
-            await driver.set_autocommit(False)

@@ -67,12 +67,21 @@ class RendezvousStore(MemoryStore):
             yield _RendezvousTransaction(connection, self._barrier, self._step)
 
 
+@asynccontextmanager
+async def rendezvous(pipeline: Pipeline, parties: int, step: Step) -> AsyncIterator[MemoryStore]:
+    """A `RendezvousStore` whose kept connections go back to the pool afterwards."""
+    store = RendezvousStore(pipeline.store, parties, step)
+    try:
+        yield store
+    finally:
+        await store.release()
+
+
 async def all_at_once(
     pipeline: Pipeline, calls: list[ToolCallRequested], step: Step
 ) -> list[Processed]:
-    store = RendezvousStore(pipeline.store, len(calls), step)
-    runs: list[Awaitable[Processed]] = [pipeline.run(call, store=store) for call in calls]
-    async with asyncio.timeout(20):
+    async with rendezvous(pipeline, len(calls), step) as store, asyncio.timeout(20):
+        runs: list[Awaitable[Processed]] = [pipeline.run(call, store=store) for call in calls]
         return list(await asyncio.gather(*runs))
 
 
@@ -162,9 +171,7 @@ async def test_two_copies_of_one_tool_call_at_once_apply_once(
     content = "changed" if outcome == "success" else "far too long for the limit"
     call = scene.call({"memory_id": memory_id, "memory_content": content})
     copy = call.model_copy(update={"event_id": uuid.uuid4()})
-    store = RendezvousStore(pipeline.store, 2, "claim")
-
-    async with asyncio.timeout(20):
+    async with rendezvous(pipeline, 2, "claim") as store, asyncio.timeout(20):
         first, second = await asyncio.gather(
             pipeline.run(call, max_memory_length=10, store=store),
             pipeline.run(copy, max_memory_length=10, store=store),
