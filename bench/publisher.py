@@ -18,7 +18,7 @@ from pathlib import Path
 import aio_pika
 import orjson
 
-from bench.amqp import call_message, publish_window
+from bench.amqp import CallPublisher, outgoing_call
 from contracts import Topology
 
 __all__ = ["main", "publish_lines"]
@@ -27,11 +27,11 @@ __all__ = ["main", "publish_lines"]
 async def publish_lines(
     amqp_url: str, prefix: str, lines: list[bytes], *, window: int
 ) -> dict[str, float]:
-    messages = []
+    calls = []
     for line in lines:
         item = orjson.loads(line)
-        messages.append(
-            call_message(
+        calls.append(
+            outgoing_call(
                 item["body"].encode(),
                 message_id=item["message_id"],
                 correlation_id=item["correlation_id"],
@@ -41,10 +41,9 @@ async def publish_lines(
         amqp_url, client_properties={"connection_name": "ltm-bench-publisher"}
     )
     async with connection:
-        channel = await connection.channel(publisher_confirms=True)
-        exchange = await channel.get_exchange(Topology(prefix).tool_calls_exchange, ensure=False)
+        publisher = await CallPublisher.open(connection, Topology(prefix))
         started = time.perf_counter()
-        published = await publish_window(exchange, messages, window=window)
+        published = await publisher.publish_window(calls, window=window)
         seconds = time.perf_counter() - started
     return {"published": published, "seconds": seconds, "rate": published / seconds}
 

@@ -48,7 +48,7 @@ import aio_pika
 import orjson
 
 from bench import db_limit
-from bench.amqp import ResultCounter, declare
+from bench.amqp import CallPublisher, ResultCounter, declare
 from bench.machine import describe
 from bench.processes import Child, free_port
 from bench.samples import Sample, capture
@@ -341,10 +341,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         await declare(connection, services.topology)
         counter = ResultCounter()
         await counter.start(connection, services.topology)
-        confirming = await connection.channel(publisher_confirms=True)
-        tool_calls = await confirming.get_exchange(
-            services.topology.tool_calls_exchange, ensure=False
-        )
+        tool_calls = await CallPublisher.open(connection, services.topology)
         bench = Bench(
             services,
             connection,

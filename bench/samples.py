@@ -17,9 +17,9 @@ import orjson
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from pamqp.commands import Basic
 
-from bench.amqp import call_message
+from bench.amqp import CallPublisher, outgoing_call
 from bench.world import Target, content_for, events_queued_for, tool_call
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, Topology
 from tests.support.waiting import eventually
 from worker.adapters.broker import event_properties
 
@@ -115,15 +115,13 @@ async def capture(
 
     await queue.consume(keep, no_ack=True)
     call = tool_call(target, tool_call_id, content_for(0))
-    publisher = await connection.channel(publisher_confirms=True)
-    tool_calls = await publisher.get_exchange(topology.tool_calls_exchange, ensure=False)
-    await tool_calls.publish(
-        call_message(
+    publisher = await CallPublisher.open(connection, topology)
+    await publisher.publish(
+        outgoing_call(
             call.model_dump_json().encode(),
             message_id=str(call.event_id),
             correlation_id=tool_call_id,
-        ),
-        routing_key=UPDATE_LONG_TERM_MEMORY,
+        )
     )
     queued: list[int] = []  # known once the result is in
 

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aio_pika.abc import AbstractConnection, AbstractExchange
+from aio_pika.abc import AbstractConnection
 
-from bench.amqp import ResultCounter, Tally, call_message, publish_window
+from bench.amqp import CallPublisher, ResultCounter, Tally, outgoing_call
 from bench.processes import Child
 from bench.services import BenchServices
 from bench.world import Target, call_line, content_for, reset_calls, tool_call
-from contracts import UPDATE_LONG_TERM_MEMORY
 
 __all__ = [
     "Bench",
@@ -44,7 +43,7 @@ class Bench:
     services: BenchServices
     connection: AbstractConnection
     counter: ResultCounter
-    tool_calls: AbstractExchange  # on a channel with publisher confirms
+    tool_calls: CallPublisher
     workdir: Path
     window: int = 256
     max_run_seconds: float = 60.0  # a throughput run stops counting after this long
@@ -138,11 +137,11 @@ async def warm_up(bench: Bench, targets: Sequence[Target], count: int, timeout: 
         return
     run = bench.run_name("warm")
     tally = bench.counter.expect(run, count)
-    messages = [
-        call_message(body, message_id=message_id, correlation_id=tool_call_id)
+    calls = [
+        outgoing_call(body, message_id=message_id, correlation_id=tool_call_id)
         for tool_call_id, body, message_id in _messages(run, targets, count)
     ]
-    await publish_window(bench.tool_calls, messages, window=bench.window)
+    await bench.tool_calls.publish_window(calls, window=bench.window)
     if not await tally.wait(timeout):
         raise RuntimeError(f"warm-up: {tally.count} of {count} results within {timeout}s")
     bench.counter.forget(run)
@@ -266,23 +265,19 @@ async def latency_run(
     run = bench.run_name("latency")
     count = max(1, round(rate * seconds))
     prepared = [
-        (tool_call_id, call_message(body, message_id=message_id, correlation_id=tool_call_id))
+        (tool_call_id, outgoing_call(body, message_id=message_id, correlation_id=tool_call_id))
         for tool_call_id, body, message_id in _messages(run, targets, count)
     ]
     tally = bench.counter.expect(run, count)
     sent: dict[str, float] = {}
     tasks: list[asyncio.Task[Any]] = []
     started = time.perf_counter()
-    for i, (tool_call_id, message) in enumerate(prepared):
+    for i, (tool_call_id, call) in enumerate(prepared):
         delay = started + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         sent[tool_call_id] = time.perf_counter()
-        tasks.append(
-            asyncio.create_task(
-                bench.tool_calls.publish(message, routing_key=UPDATE_LONG_TERM_MEMORY)
-            )
-        )
+        tasks.append(asyncio.create_task(bench.tool_calls.publish(call)))
     last_sent = time.perf_counter()
     await asyncio.gather(*tasks)
     if not await tally.wait(timeout):
