@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import subprocess
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -15,7 +18,7 @@ from aio_pika.abc import AbstractConnection
 
 from bench.processes import REPO_ROOT
 
-__all__ = ["describe"]
+__all__ = ["Settled", "describe", "settle"]
 
 _LIBRARIES = ("aio-pika", "aiormq", "psycopg", "sqlalchemy", "uvloop", "pydantic", "faststream")
 
@@ -83,3 +86,60 @@ async def describe(database_url: str, connection: AbstractConnection) -> dict[st
         "commit": _git("rev-parse", "--short", "HEAD"),
         "worker_tree_modified": bool(status) if status is not None else None,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How long `settle` waited, and whether the machine was quiet by then."""
+
+    waited_s: float
+    busy_at_start: float  # share of all cores busy just before waiting
+    quiet: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "waited_s": round(self.waited_s, 2),
+            "busy_at_start": round(self.busy_at_start, 3),
+            "quiet": self.quiet,
+        }
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(all, idle) jiffies of every core since boot; I/O wait counts as idle."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]
+
+
+def _busy_since(before: tuple[int, int], after: tuple[int, int]) -> float:
+    elapsed = after[0] - before[0]
+    return 1.0 - (after[1] - before[1]) / elapsed if elapsed > 0 else 0.0
+
+
+async def settle(
+    *, below: float = 0.10, hold_s: float = 1.0, timeout_s: float = 60.0, step_s: float = 0.25
+) -> Settled:
+    """Writes out dirty pages, then waits until the machine is quiet for `hold_s`.
+
+    A phase right after a saturating one would otherwise share the cores with its aftermath:
+    the kernel writing back what RabbitMQ and PostgreSQL wrote, their own compaction and
+    checkpoints. Quiet: under `below` of all cores busy (idle, these services use ~1 %).
+    """
+    start = time.monotonic()
+    before = _cpu_times()
+    await asyncio.sleep(step_s)
+    previous = _cpu_times()
+    busy_at_start = _busy_since(before, previous)
+    await asyncio.to_thread(os.sync)
+    quiet_since: float | None = None
+    while time.monotonic() - start < timeout_s:
+        await asyncio.sleep(step_s)
+        current = _cpu_times()
+        now = time.monotonic()
+        if _busy_since(previous, current) >= below:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now - step_s
+        elif now - quiet_since >= hold_s:
+            return Settled(now - start, busy_at_start, quiet=True)
+        previous = current
+    return Settled(time.monotonic() - start, busy_at_start, quiet=False)

@@ -536,7 +536,9 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results["p99_ms"] = round(latency.p99_ms, 2)
                 _say(
                     f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
-                    f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
+                    f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
+                    f"(after {latency.settled.waited_s:.1f}s settling"
+                    f"{'' if latency.settled.quiet else ', never quiet'})"
                 )
                 rss.append(worker.peak_rss_mb())
                 await worker.terminate()

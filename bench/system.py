@@ -20,6 +20,7 @@ import orjson
 from aio_pika.abc import AbstractConnection
 
 from bench.amqp import CallPublisher, ResultCounter, Tally, outgoing_call
+from bench.machine import Settled, settle
 from bench.processes import Child
 from bench.services import BenchServices
 from bench.world import Target, call_line, content_for, reset_calls, tool_call
@@ -101,9 +102,11 @@ class LatencyFigure:
     p99_ms: float
     max_ms: float
     failures: int
+    settled: Settled
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "settled": self.settled.as_dict(),
             "calls": self.calls,
             "offered_rate": round(self.offered_rate, 1),
             "p50_ms": round(self.p50_ms, 2),
@@ -262,6 +265,8 @@ async def latency_run(
     """Publish-to-result latency at a fixed offered rate, both timestamps taken here."""
     await reset_calls(bench.services.database_url)
     await warm_up(bench, targets, warmup, timeout)
+    # A rate is measured on a quiet machine, not on the previous phase's aftermath.
+    settled = await settle()
     run = bench.run_name("latency")
     count = max(1, round(rate * seconds))
     prepared = [
@@ -292,4 +297,5 @@ async def latency_run(
         p99_ms=percentile(latencies, 99),
         max_ms=latencies[-1],
         failures=tally.failures(),
+        settled=settled,
     )
