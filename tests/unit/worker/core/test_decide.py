@@ -1,25 +1,29 @@
-"""The decisions between facts (steps 2, 3 and 5 to 8), and the order the pipeline takes them."""
+"""The decisions between facts (steps 2, 3 and 5 to 8); `test_service` checks their order."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import pytest
-from pydantic import JsonValue
 
 from contracts import (
-    UPDATE_LONG_TERM_MEMORY,
     MemoryStatus,
     Participant,
     ResultData,
     ToolCallContext,
-    ToolCallRequested,
-    encode_event,
 )
-from worker.adapters.database import Answer, Claim, PlannedWrite, ToolCallTransaction
-from worker.adapters.outbox import OutboxRow, OutgoingEvent, outbox_rows
+from tests.unit.worker.given import (
+    ALICE,
+    ALICE_ID,
+    ALICE_ROW,
+    BOT_ID,
+    MATRIX_ID,
+    OTHER_GUILD_ID,
+    TRIGGERER_ID,
+    context,
+    state,
+)
 from worker.core.decide import (
     check_personal_scope,
     check_server_state,
@@ -40,45 +44,6 @@ from worker.core.model import (
     StoredUser,
     WrittenMemory,
 )
-from worker.service import process_tool_call
-
-GUILD_ID = "900000000000000001"
-OTHER_GUILD_ID = "900000000000000002"
-CHANNEL_ID = "900000000000000010"
-TRIGGERER_ID = "100000000000000001"
-ALICE_ID = "100000000000000002"
-BOT_ID = "100000000000000099"
-MATRIX_ID = "@alice:matrix.org"
-
-
-def context(
-    *, guild_id: str | None = GUILD_ID, participants: Sequence[Participant] = ()
-) -> ToolCallContext:
-    return ToolCallContext(
-        guild_id=guild_id,
-        channel_id=CHANNEL_ID,
-        triggerer_id=TRIGGERER_ID,
-        bot_user_id=BOT_ID,
-        persona_id=7,
-        shard_id=0,
-        participants=tuple(participants),
-    )
-
-
-def state(**changes: Any) -> ServerState:
-    base = ServerState(
-        server_id=3,
-        server_disc_id=GUILD_ID,
-        persona_id=7,
-        persona_server_id=3,
-        persona_lineage_id=42,
-        persona_nickname="Tomori",
-    )
-    return replace(base, **changes)
-
-
-ALICE = ResolvedUser(user_id=ALICE_ID, label="Alice (@alice)", via="participant")
-ALICE_ROW = StoredUser(user_id=11, user_disc_id=ALICE_ID)
 
 
 def rejection(result: object, status: MemoryStatus) -> Rejection:
@@ -385,123 +350,3 @@ def test_personal_delete_succeeds() -> None:
         content_deleted="liked coffee",
         target_user="Alice (@alice)",
     )
-
-
-# The order of the steps: the real pipeline (`process_tool_call`), the database's answers given.
-
-DIRECTORY = (
-    DirectoryMember(ALICE_ID, "alice", "Alice"),
-    DirectoryMember("100000000000000003", "alex1", "Alex"),
-    DirectoryMember("100000000000000004", "alex2", "Alex"),
-    DirectoryMember(BOT_ID, "tomori", "Tomori", is_bot=True),
-    DirectoryMember("100000000000000005", "private", "Private"),
-)
-USERS = {
-    ALICE_ID: ALICE_ROW,
-    "100000000000000005": StoredUser(
-        user_id=13, user_disc_id="100000000000000005", privacy_level=1
-    ),
-}
-
-
-class GivenFacts(ToolCallTransaction):
-    """The reads of a transaction answered from fixed facts, the writes taken as done.
-
-    No connection: every method the pipeline calls is overridden, so a new read would fail
-    here instead of reaching for a database.
-    """
-
-    def __init__(
-        self, server_state: ServerState | None, *, row_exists: bool, in_other_scope: bool
-    ) -> None:
-        self.server_state = server_state
-        self.row_exists = row_exists
-        self.other_scope = in_other_scope
-
-    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
-        return [Claim(stored=None, state=self.server_state) for _ in calls]
-
-    async def load_directory(self, server_id: int) -> list[DirectoryMember]:
-        return list(DIRECTORY)
-
-    async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
-        return USERS.get(user_disc_id)
-
-    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
-        written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
-        return [written if self.row_exists else None for _ in writes]
-
-    async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
-        return self.other_scope
-
-    async def finish(
-        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
-    ) -> list[OutboxRow]:
-        return outbox_rows(events, [encode_event(outgoing.event) for outgoing in events])
-
-
-async def decide(
-    arguments: JsonValue,
-    *,
-    server_state: ServerState | None = None,
-    row_exists: bool = True,
-    in_other_scope: bool = False,
-) -> MemoryStatus:
-    """What the pipeline answers a call with these arguments, given these facts."""
-    request = ToolCallRequested(
-        tool_call_id="call_1",
-        tool_name=UPDATE_LONG_TERM_MEMORY,
-        arguments=arguments,
-        context=context(participants=[Participant(user_id=MATRIX_ID, display_label="bridge")]),
-    )
-    facts = GivenFacts(
-        state() if server_state is None else server_state,
-        row_exists=row_exists,
-        in_other_scope=in_other_scope,
-    )
-    processed = await process_tool_call(request, facts, max_memory_length=1000, reply_ttl_ms=1)
-    return processed.result.status
-
-
-def call(memory_id: JsonValue = 24, content: str = "x", target: str | None = None) -> JsonValue:
-    arguments: dict[str, JsonValue] = {"memory_id": memory_id, "memory_content": content}
-    return arguments if target is None else {**arguments, "target_user": target}
-
-
-OFF = {"server_state": state(self_teaching_enabled=False)}
-LONG = "x" * 1001
-
-
-@pytest.mark.parametrize(
-    ("arguments", "facts", "status"),
-    [
-        (call(), {}, MemoryStatus.UPDATED),
-        (call(24.0, "  "), {}, MemoryStatus.DELETED),
-        (call(target="alice"), {}, MemoryStatus.UPDATED),
-        (call(content="", target="Private"), {}, MemoryStatus.DELETED),
-        (call("24"), {}, MemoryStatus.INVALID_ARGS),
-        (call(True), {}, MemoryStatus.INVALID_ARGS),
-        (call(2**53), {}, MemoryStatus.INVALID_ARGS),
-        (call(), {"server_state": state(persona_server_id=9)}, MemoryStatus.INTERNAL_ERROR),
-        (call(), OFF, MemoryStatus.DISABLED),
-        # Arguments come before the flag, the flag before the content.
-        (call(0), OFF, MemoryStatus.INVALID_ARGS),
-        (call(content=LONG), OFF, MemoryStatus.DISABLED),
-        (call(content=LONG), {}, MemoryStatus.INVALID_CONTENT),
-        # The content comes before the target user.
-        (call(content=LONG, target="nobody"), {}, MemoryStatus.INVALID_CONTENT),
-        (call(target="alex"), {}, MemoryStatus.AMBIGUOUS_USER),
-        (call(target="nobody"), {}, MemoryStatus.USER_NOT_FOUND),
-        # Resolved, but never stored in `users`.
-        (call(target="Alex (@alex2)"), {}, MemoryStatus.USER_NOT_FOUND),
-        (call(target=MATRIX_ID), {}, MemoryStatus.INVALID_SCOPE),
-        (call(target=f"<@{BOT_ID}>"), {}, MemoryStatus.INVALID_TARGET),
-        (call(target="Private"), {}, MemoryStatus.PRIVACY_RESTRICTED),
-        (call(), {"row_exists": False}, MemoryStatus.NOT_FOUND),
-        (call(target="  "), {"row_exists": False, "in_other_scope": True}, MemoryStatus.NOT_FOUND),
-    ],
-)
-async def test_the_first_failing_step_decides(
-    arguments: JsonValue, facts: dict[str, Any], status: MemoryStatus
-) -> None:
-    assert await decide(arguments, **facts) is status
