@@ -18,7 +18,8 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
 4. `broker_limit_aiormq_tps`, the same loop on aiormq with `wait=False`, the AMQP path the
    worker itself takes; `broker_limit_prepublished_tps` and `throughput_prepublished`, the
    loop and a worker each on a queue filled before it starts.
-5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker.
+5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker,
+   after its warm-up, once the machine has settled (`bench.machine.settle`).
 6. `cost_1m_vs_10k`: time per call with 1M stored memories over time per call with 10k,
    the 1M in a second database, the two taking turns in rounds as in 3 (the median).
 7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run.
