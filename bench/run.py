@@ -56,9 +56,8 @@ from bench.samples import Sample, capture
 from bench.services import BenchServices, bench_services
 from bench.system import Bench, RunFigure, latency_run, throughput_run
 from bench.world import Target, grow_memories, memory_count, pick_targets, reset_calls, seed_servers
-from infra.database import drop_database, migrate
+from infra.database import drop_database, migrate, with_database_name
 from infra.settings import Settings
-from tests.support.services import _with_database
 
 __all__ = ["Config", "main", "render_table", "run_bench"]
 
@@ -310,15 +309,31 @@ async def _broker_loop(
         await loop.terminate()
 
 
-async def _in_turns(
-    rounds: int, contenders: Mapping[str, Callable[[int], Awaitable[RunFigure]]]
-) -> AsyncIterator[tuple[int, dict[str, RunFigure]]]:
-    """Each round runs every contender once, by name; who goes first alternates, so that the
-    machine's drift within a round favours none of them."""
-    names = list(contenders)
+# A run of one round (its number given): a worker, or the broker-limit loop.
+Contender = Callable[[int], Awaitable[RunFigure]]
+
+
+async def _paired_rounds(
+    rounds: int,
+    first: tuple[str, Contender],
+    second: tuple[str, Contender],
+    note: Callable[[Mapping[str, RunFigure]], str] = lambda _: "",
+) -> list[dict[str, Any]]:
+    """Each round runs both contenders once, and keeps their figures and first's rate over
+    second's. Who goes first alternates, so that the machine's drift within a round favours
+    neither."""
+    kept: list[dict[str, Any]] = []
     for number in range(1, rounds + 1):
-        order = names if number % 2 == 1 else names[::-1]
-        yield number, {name: await contenders[name](number) for name in order}
+        order = (first, second) if number % 2 == 1 else (second, first)
+        run = {name: await contender(number) for name, contender in order}
+        (a, _), (b, _) = first, second
+        ratio = run[a].tps / run[b].tps
+        kept.append({a: run[a].as_dict(), b: run[b].as_dict(), "ratio": round(ratio, 3)})
+        _say(
+            f"  round {number}: {a} {run[a].tps:.0f} calls/s, {b} {run[b].tps:.0f} calls/s, "
+            f"ratio {ratio:.2f} {note(run)}".rstrip()
+        )
+    return kept
 
 
 async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
@@ -440,8 +455,8 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
         def fresh_workers(
             label: str, run_targets: Sequence[Target], database_url: str | None = None
-        ) -> Callable[[int], Awaitable[RunFigure]]:
-            """A contender of `_in_turns`: a fresh worker each round, its peak RSS kept."""
+        ) -> Contender:
+            """A contender of `_paired_rounds`: a fresh worker each round, its peak RSS kept."""
 
             async def run(number: int) -> RunFigure:
                 figure, peak = await _worker_run(
@@ -466,24 +481,12 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         bench, config, sample_path, targets, publish="aio-pika", prepublished=False
                     )
 
-                rounds: list[dict[str, Any]] = []
-                turns = _in_turns(
-                    config.rounds, {"loop": loop_run, "worker": fresh_workers("paired", targets)}
+                rounds = await _paired_rounds(
+                    config.rounds,
+                    ("worker", fresh_workers("paired", targets)),
+                    ("broker_limit", loop_run),
+                    lambda run: f"({run['worker'].failures} not updated)",
                 )
-                async for number, run in turns:
-                    ratio = run["worker"].tps / run["loop"].tps
-                    rounds.append(
-                        {
-                            "broker_limit": run["loop"].as_dict(),
-                            "worker": run["worker"].as_dict(),
-                            "ratio": round(ratio, 3),
-                        }
-                    )
-                    _say(
-                        f"  round {number}: broker loop {run['loop'].tps:.0f} calls/s, "
-                        f"worker {run['worker'].tps:.0f} calls/s "
-                        f"({run['worker'].failures} not updated), ratio {ratio:.2f}"
-                    )
                 details["throughput_rounds"] = rounds
                 results["broker_limit_tps"] = round(
                     median(r["broker_limit"]["tps"] for r in rounds), 1
@@ -548,9 +551,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             async with phases.phase("cost_1m_vs_10k"):
                 # A second database holds the large table, so that the two sizes can take
                 # turns, as the broker loop and the worker do: the machine drifts meanwhile.
-                big_url = await asyncio.to_thread(
-                    _with_database, url, f"ltm_bench_{services.run_id}_big"
-                )
+                big_url = with_database_name(url, f"ltm_bench_{services.run_id}_big")
                 try:
                     await asyncio.to_thread(migrate, big_url)
                     await seed_servers(big_url, config.servers)
@@ -558,28 +559,12 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     stored = await memory_count(big_url)
                     _say(f"  grew a second database to {stored} memories in {grown:.1f}s")
                     big_targets = await pick_targets(big_url, config.calls, seed=2)
-                    cost_rounds: list[dict[str, Any]] = []
-                    turns = _in_turns(
+                    # Calls per second with 10k over those with 1M: time per call, 1M over 10k.
+                    cost_rounds = await _paired_rounds(
                         config.rounds,
-                        {
-                            "small": fresh_workers("small", targets, url),
-                            "big": fresh_workers("big", big_targets, big_url),
-                        },
+                        ("small", fresh_workers("small", targets, url)),
+                        ("big", fresh_workers("big", big_targets, big_url)),
                     )
-                    async for number, run in turns:
-                        cost = run["small"].tps / run["big"].tps
-                        cost_rounds.append(
-                            {
-                                "small": run["small"].as_dict(),
-                                "big": run["big"].as_dict(),
-                                "cost": round(cost, 3),
-                            }
-                        )
-                        _say(
-                            f"  round {number}: {config.memories} memories "
-                            f"{run['small'].tps:.0f} calls/s, {stored} memories "
-                            f"{run['big'].tps:.0f} calls/s, cost {cost:.2f}"
-                        )
                 finally:
                     await asyncio.to_thread(drop_database, big_url)
                 details["cost"] = {
@@ -588,7 +573,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     "grow_seconds": round(grown, 1),
                     "rounds": cost_rounds,
                 }
-                results["cost_1m_vs_10k"] = round(median(r["cost"] for r in cost_rounds), 3)
+                results["cost_1m_vs_10k"] = round(median(r["ratio"] for r in cost_rounds), 3)
 
         if phases.wanted("rss"):
             async with phases.phase("rss"):

@@ -20,12 +20,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from contracts import Topology
-from infra.database import drop_database, migrate
+from infra.database import drop_database, migrate, with_database_name
 from tests.support.services import (
     DEFAULT_AMQP_URL,
     DEFAULT_DATABASE_URL,
     TestServices,
-    _with_database,
     _with_vhost,
     rabbitmqctl,
 )
@@ -49,7 +48,7 @@ def bench_services() -> Iterator[BenchServices]:
     base_db = os.environ.get("LTM_DATABASE_URL", DEFAULT_DATABASE_URL)
     base_amqp = os.environ.get("LTM_AMQP_URL", DEFAULT_AMQP_URL)
     with ExitStack() as stack:
-        database_url = _with_database(base_db, f"ltm_bench_{run_id}")
+        database_url = with_database_name(base_db, f"ltm_bench_{run_id}")
         stack.callback(drop_database, database_url)
         migrate(database_url)
 

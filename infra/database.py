@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 
 import psycopg
@@ -11,7 +12,7 @@ from psycopg import sql
 
 from infra.settings import to_sqlalchemy_url
 
-__all__ = ["create_database_if_missing", "drop_database", "migrate"]
+__all__ = ["create_database_if_missing", "drop_database", "migrate", "with_database_name"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -24,6 +25,19 @@ def _split(url: str) -> tuple[str, str]:
         raise ValueError(f"the database URL names no database: {url!r}")
     info["dbname"] = "postgres"
     return name, psycopg.conninfo.make_conninfo("", **info)
+
+
+def with_database_name(url: str, name: str) -> str:
+    """The URL of database `name` on the server of `url`, as a `postgresql://` URL."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    params = {k: str(v) for k, v in info.items() if k != "dbname" and v is not None}
+    user = params.pop("user", "")
+    password = params.pop("password", "")
+    host = params.pop("host", "127.0.0.1")
+    port = params.pop("port", "5432")
+    auth = user + (":" + urllib.parse.quote(password) if password else "")
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    return f"postgresql://{auth}{'@' if auth else ''}{host}:{port}/{name}{query}"
 
 
 def create_database_if_missing(url: str) -> bool:

@@ -243,16 +243,8 @@ class Worker:
         # Rows of earlier calls that the broker has confirmed are marked in this commit,
         # instead of in a transaction of their own.
         marks = self._published.take()
-        started = time.monotonic()
         try:
-            try:
-                processed = await self._transaction(calls, marks)
-            except Exception as error:
-                # The retry machinery is built only when needed: most batches commit at once.
-                if not is_transient(error):
-                    raise
-                self._count_retry(error, len(calls))
-                processed = await self._retry(calls, marks, started)
+            processed = await self._committed(calls, marks)
         except BaseException:
             if marks is not None:
                 self._published.give_back(marks)
@@ -260,6 +252,20 @@ class Worker:
         if marks is not None:
             marks.flushed()
         return processed
+
+    async def _committed(
+        self, calls: list[ToolCallRequested], marks: TakenFlush[uuid.UUID] | None
+    ) -> list[Processed]:
+        """The first attempt alone; the retry machinery is built only after a transient fault
+        (most batches commit at once), and retries within the budget left."""
+        started = time.monotonic()
+        try:
+            return await self._transaction(calls, marks)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            self._count_retry(error, len(calls))
+        return await self._retry(calls, marks, started)
 
     async def _transaction(
         self, calls: list[ToolCallRequested], marks: TakenFlush[uuid.UUID] | None
@@ -290,11 +296,10 @@ class Worker:
             outcome = state.outcome
             self._count_retry(outcome.exception() if outcome is not None else None, len(calls))
 
-        wait = wait_exponential_jitter(max=1.0, jitter=0.1, multiplier=0.05)
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_delay(budget),
-            wait=wait,
+            wait=wait_exponential_jitter(max=1.0, jitter=0.1, multiplier=0.05),
             before_sleep=count_retry,
             reraise=True,
         )

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from infra.database import drop_database, migrate
+from infra.database import drop_database, migrate, with_database_name
 
 __all__ = [
     "TestServices",
@@ -78,19 +78,6 @@ def _docker_answers() -> bool:
         return False
 
 
-def _with_database(url: str, name: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = name
-    params = {k: str(v) for k, v in info.items() if k not in ("dbname",) and v is not None}
-    user = params.pop("user", "")
-    password = params.pop("password", "")
-    host = params.pop("host", "127.0.0.1")
-    port = params.pop("port", "5432")
-    auth = user + (":" + urllib.parse.quote(password) if password else "")
-    query = ("?" + urllib.parse.urlencode(params)) if params else ""
-    return f"postgresql://{auth}{'@' if auth else ''}{host}:{port}/{name}{query}"
-
-
 def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
@@ -136,7 +123,7 @@ def test_services() -> Iterator[TestServices]:
                 base_amqp = f"amqp://guest:guest@{params.host}:{params.port}/"
                 use_ctl = False
 
-        database_url = _with_database(base_db, f"ltm_test_{run_id}")
+        database_url = with_database_name(base_db, f"ltm_test_{run_id}")
         migrate(database_url)
         stack.callback(drop_database, database_url)
 
