@@ -205,11 +205,11 @@ async def test_a_burst_is_answered_and_every_event_marked_published_by_the_worke
 
 
 async def _metrics_show(worker: LtmProcess, text: str) -> bool:
-    return text in worker.metrics()
+    return text in await worker.metrics()
 
 
 async def _nothing_in_flight(worker: LtmProcess) -> bool:
-    return "ltm_tool_calls_in_flight 0.0" in worker.metrics().splitlines()
+    return "ltm_tool_calls_in_flight 0.0" in (await worker.metrics()).splitlines()
 
 
 @pytest.mark.parametrize(

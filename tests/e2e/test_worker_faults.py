@@ -114,7 +114,7 @@ async def test_two_workers_apply_each_call_exactly_once(
                 what="two answers per call",
             )
             # Both took their share (the metric's name alone is listed before any call).
-            assert _calls_answered(one) > 0 and _calls_answered(two) > 0
+            assert await _calls_answered(one) > 0 and await _calls_answered(two) > 0
     for call, memory_id in zip(calls, memory_ids, strict=True):
         assert len(await world.revisions_of_call(call.tool_call_id)) == 1
         assert len(tap.events(EmbedRequested, tool_call_id=call.tool_call_id)) == 1
@@ -166,11 +166,11 @@ async def _lost(worker: LtmProcess) -> bool:
     return "broker connection lost" in worker.output()
 
 
-def _calls_answered(worker: LtmProcess) -> float:
+async def _calls_answered(worker: LtmProcess) -> float:
     """The worker's `ltm_tool_calls_total`, summed over its labels."""
     return sum(
         sample.value
-        for family in text_string_to_metric_families(worker.metrics())
+        for family in text_string_to_metric_families(await worker.metrics())
         for sample in family.samples
         if sample.name == "ltm_tool_calls_total"
     )

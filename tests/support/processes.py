@@ -95,7 +95,11 @@ class LtmProcess:
         except OSError:
             return False
 
-    def metrics(self) -> str:
+    async def metrics(self) -> str:
+        """The `/metrics` page, fetched in a thread so that the test's consumers keep running."""
+        return await asyncio.to_thread(self._metrics_now)
+
+    def _metrics_now(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=2) as response:
             return str(response.read().decode())

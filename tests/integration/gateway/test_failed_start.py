@@ -104,20 +104,23 @@ async def test_a_failed_start_leaves_a_shared_connection_open_and_without_its_ch
     await _classic_queue(channel, wrong)
 
     gateway = _gateway(own, shard, connection=connection)
-    with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed):
-        await gateway.start()
+    try:
+        with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed):
+            await gateway.start()
 
-    assert not gateway.is_running
-    assert not connection.is_closed
-    await eventually(
-        lambda: asyncio.to_thread(_no_channels, vhost, name),
-        timeout=15,
-        what="the gateway's channels closed",
-    )
-    await eventually(
-        lambda: _queue_gone(amqp, gateway.cache_queue), timeout=15, what="cache queue gone"
-    )
-    await channel.queue_delete(wrong)
+        assert not gateway.is_running
+        assert not connection.is_closed
+        await eventually(
+            lambda: asyncio.to_thread(_no_channels, vhost, name),
+            timeout=15,
+            what="the gateway's channels closed",
+        )
+        await eventually(
+            lambda: _queue_gone(amqp, gateway.cache_queue), timeout=15, what="cache queue gone"
+        )
+    finally:
+        await gateway.stop()
+        await channel.queue_delete(wrong)
 
 
 async def _queue_gone(connection: AbstractRobustConnection, name: str) -> bool:
