@@ -18,7 +18,9 @@ whatever was dead-lettered and checks:
   `content_after`, the first is the seeded content, the last is what the table holds);
 - a model that applies the successful calls' sanitized content in revision order, from the
   seeded contents, predicts the table exactly;
-- the gateway posted each successful call's embed exactly once, and nothing else.
+- the gateway posted each successful call's embed exactly once, and nothing else;
+- the workers logged no error but the ones a broker closure brings (and a call the database
+  outlived the retry budget for), and nothing that is not a JSON log line (a traceback).
 
 `run_chaos` is the same run as a function, which the test suite calls with a few hundred
 calls (`tests/e2e/test_chaos.py`).
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import io
 import itertools
+import json
 import logging
 import random
 import re
@@ -40,7 +43,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -859,6 +862,7 @@ class ChaosReport:
     embed_errors: list[str] = field(default_factory=list)
     undecodable_events: int = 0
     harness_reconnects: int = 0
+    log_errors: list[str] = field(default_factory=list)
     log_dir: str = ""
 
     @property
@@ -882,6 +886,7 @@ class ChaosReport:
             ("model", self.model_errors),
             ("status", self.status_errors),
             ("embed", self.embed_errors),
+            ("worker log", self.log_errors),
         ):
             found += [f"{kind}: {error}" for error in errors[:20]]
             if len(errors) > 20:
@@ -916,6 +921,7 @@ class ChaosReport:
                 f"{len(self.chain_errors)} / {len(self.model_errors)}"
                 f" / {len(self.status_errors)} / {len(self.embed_errors)}",
             ),
+            ("unexpected worker log lines", len(self.log_errors)),
         ]
         width = max(len(name) for name, _ in rows)
         lines = [f"{name.ljust(width)}  {value}" for name, value in rows]
@@ -925,6 +931,31 @@ class ChaosReport:
             lines.append("dead-letter reasons:")
             lines += [f"  {reason}: {n}" for reason, n in self.dead_letter_reasons.most_common()]
         return "\n".join(lines)
+
+
+# Errors a chaos run causes on purpose: aiormq logs each connection the broker closes.
+_EXPECTED_LOG_ERRORS: Final = (
+    "Unexpected connection close from remote",
+    "database unavailable past the retry budget",
+)
+
+
+def unexpected_log_lines(paths: Iterable[Path]) -> list[str]:
+    """Error lines the faults do not explain, and lines that are not JSON log lines at all."""
+    found = []
+    for path in sorted(paths):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                entry = None
+            if not isinstance(entry, dict):
+                found.append(f"{path.name}: {line[:300]}")
+            elif entry.get("level") in ("error", "critical") and not str(
+                entry.get("event", "")
+            ).startswith(_EXPECTED_LOG_ERRORS):
+                found.append(f"{path.name}: {str(entry.get('event'))[:300]}")
+    return found
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -1076,6 +1107,7 @@ async def run_chaos(
                 report=report,
                 reply_ttl=timedelta(seconds=settings.reply_ttl_s),
             )
+            report.log_errors = unexpected_log_lines(logs.glob("*.log"))
             report.failpoint_deaths = sum(slot.failpoint_deaths for slot in slots)
             report.harness_reconnects = harness.reconnects
             report.undecodable_events = harness.collected.undecodable

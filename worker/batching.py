@@ -151,7 +151,9 @@ class GroupCommit(Generic[Id]):
 
     async def submit(self, ids: Sequence[Id]) -> None:
         """Returns once a flush that included `ids` has completed (or raises its error)."""
-        await self._waiter_for(ids)
+        # Shielded: every caller of one flush awaits the same future, and a cancelled caller
+        # (aiormq cancels a lost connection's handlers) must not cancel it for the others.
+        await asyncio.shield(self._waiter_for(ids))
 
     def take(self) -> TakenFlush[Id] | None:
         if not self._pending:
@@ -187,9 +189,11 @@ class GroupCommit(Generic[Id]):
                 try:
                     await self._flush(ids)
                 except Exception as error:
-                    done.set_exception(error)
+                    if not done.done():
+                        done.set_exception(error)
                 else:
-                    done.set_result(None)
+                    if not done.done():
+                        done.set_result(None)
         finally:
             self._running = False
 

@@ -200,3 +200,46 @@ async def test_group_commit_flushes_what_a_failed_taker_gives_back() -> None:
     group.give_back(taken)
     await asyncio.wait_for(asyncio.gather(waiting, later), 1)
     assert sorted(id_ for ids in flushed for id_ in ids) == [1, 2]
+
+
+async def test_a_cancelled_caller_leaves_the_others_waiting_on_the_same_flush() -> None:
+    # aiormq cancels a lost connection's handlers, some of them waiting here.
+    flushed: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def flush(ids: list[int]) -> None:
+        flushed.append(ids)
+        await gate.wait()
+
+    group = GroupCommit(flush)
+    busy = asyncio.create_task(group.submit([1]))
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(group.submit([2]))
+    sharing = asyncio.create_task(group.submit([3]))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(busy, sharing), 1)
+    assert cancelled.cancelled()
+    assert flushed == [[1], [2, 3]]
+
+
+async def test_the_flushes_go_on_after_a_caller_was_cancelled() -> None:
+    flushed: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def flush(ids: list[int]) -> None:
+        flushed.append(ids)
+        await gate.wait()
+
+    group = GroupCommit(flush)
+    only = asyncio.create_task(group.submit([1]))
+    await asyncio.sleep(0)
+    only.cancel()
+    later = asyncio.create_task(group.submit([2]))
+    await asyncio.sleep(0)
+    gate.set()
+    # No later submit comes along to start another flush: the one running must see to it.
+    await asyncio.wait_for(later, 1)
+    assert flushed == [[1], [2]]
