@@ -18,6 +18,19 @@ class Broken(Exception):
     pass
 
 
+class Flushes:
+    """A group commit's flush that records the ids of each call, held at `gate` if given."""
+
+    def __init__(self, gate: asyncio.Event | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self._gate = gate
+
+    async def __call__(self, ids: list[int]) -> None:
+        self.calls.append(ids)
+        if self._gate is not None:
+            await self._gate.wait()
+
+
 async def test_calls_that_arrive_together_share_a_batch_and_get_their_own_results() -> None:
     batches: list[list[int]] = []
     release = asyncio.Event()
@@ -125,21 +138,16 @@ async def test_no_more_than_the_allowed_batches_run_at_once() -> None:
 
 
 async def test_group_commit_flushes_what_arrived_meanwhile_in_one_call() -> None:
-    flushed: list[list[int]] = []
     gate = asyncio.Event()
-
-    async def flush(ids: list[int]) -> None:
-        flushed.append(ids)
-        await gate.wait()
-
-    group = GroupCommit(flush)
+    flushed = Flushes(gate)
+    group = GroupCommit(flushed)
     first = asyncio.create_task(group.submit([1]))
     await asyncio.sleep(0)
     later = [asyncio.create_task(group.submit([n])) for n in (2, 3, 4)]
     await asyncio.sleep(0)
     gate.set()
     await asyncio.gather(first, *later)
-    assert flushed == [[1], [2, 3, 4]]
+    assert flushed.calls == [[1], [2, 3, 4]]
 
 
 async def test_group_commit_reports_a_failed_flush_to_its_callers() -> None:
@@ -152,26 +160,18 @@ async def test_group_commit_reports_a_failed_flush_to_its_callers() -> None:
 
 
 async def test_group_commit_lingers_so_that_callers_just_after_share_the_flush() -> None:
-    flushed: list[list[int]] = []
-
-    async def flush(ids: list[int]) -> None:
-        flushed.append(ids)
-
-    group = GroupCommit(flush, linger_s=0.2)
+    flushed = Flushes()
+    group = GroupCommit(flushed, linger_s=0.2)
     first = asyncio.create_task(group.submit([1]))
     await asyncio.sleep(0.05)  # well inside the linger: nothing may be flushed yet
-    assert flushed == []
+    assert flushed.calls == []
     await asyncio.gather(first, group.submit([2]))
-    assert flushed == [[1, 2]]
+    assert flushed.calls == [[1, 2]]
 
 
 async def test_group_commit_hands_waiting_ids_to_a_transaction_that_takes_them() -> None:
-    flushed: list[list[int]] = []
-
-    async def flush(ids: list[int]) -> None:
-        flushed.append(ids)
-
-    group = GroupCommit(flush, linger_s=0.05)
+    flushed = Flushes()
+    group = GroupCommit(flushed, linger_s=0.05)
     waiting = asyncio.create_task(group.submit([1, 2]))
     await asyncio.sleep(0)
     taken = group.take()
@@ -181,16 +181,12 @@ async def test_group_commit_hands_waiting_ids_to_a_transaction_that_takes_them()
     taken.flushed()
     await asyncio.wait_for(waiting, 1)
     await asyncio.sleep(0.1)  # past the linger: nothing is left for a flush of its own
-    assert flushed == []
+    assert flushed.calls == []
 
 
 async def test_group_commit_flushes_what_a_failed_taker_gives_back() -> None:
-    flushed: list[list[int]] = []
-
-    async def flush(ids: list[int]) -> None:
-        flushed.append(ids)
-
-    group = GroupCommit(flush, linger_s=0.01)
+    flushed = Flushes()
+    group = GroupCommit(flushed, linger_s=0.01)
     waiting = asyncio.create_task(group.submit([1]))
     await asyncio.sleep(0)
     taken = group.take()
@@ -199,19 +195,14 @@ async def test_group_commit_flushes_what_a_failed_taker_gives_back() -> None:
     await asyncio.sleep(0)
     group.give_back(taken)
     await asyncio.wait_for(asyncio.gather(waiting, later), 1)
-    assert sorted(id_ for ids in flushed for id_ in ids) == [1, 2]
+    assert sorted(id_ for ids in flushed.calls for id_ in ids) == [1, 2]
 
 
 async def test_a_cancelled_caller_leaves_the_others_waiting_on_the_same_flush() -> None:
     # aiormq cancels a lost connection's handlers, some of them waiting here.
-    flushed: list[list[int]] = []
     gate = asyncio.Event()
-
-    async def flush(ids: list[int]) -> None:
-        flushed.append(ids)
-        await gate.wait()
-
-    group = GroupCommit(flush)
+    flushed = Flushes(gate)
+    group = GroupCommit(flushed)
     busy = asyncio.create_task(group.submit([1]))
     await asyncio.sleep(0)
     cancelled = asyncio.create_task(group.submit([2]))
@@ -222,18 +213,13 @@ async def test_a_cancelled_caller_leaves_the_others_waiting_on_the_same_flush() 
     gate.set()
     await asyncio.wait_for(asyncio.gather(busy, sharing), 1)
     assert cancelled.cancelled()
-    assert flushed == [[1], [2, 3]]
+    assert flushed.calls == [[1], [2, 3]]
 
 
 async def test_the_flushes_go_on_after_a_caller_was_cancelled() -> None:
-    flushed: list[list[int]] = []
     gate = asyncio.Event()
-
-    async def flush(ids: list[int]) -> None:
-        flushed.append(ids)
-        await gate.wait()
-
-    group = GroupCommit(flush)
+    flushed = Flushes(gate)
+    group = GroupCommit(flushed)
     only = asyncio.create_task(group.submit([1]))
     await asyncio.sleep(0)
     only.cancel()
@@ -242,4 +228,4 @@ async def test_the_flushes_go_on_after_a_caller_was_cancelled() -> None:
     gate.set()
     # No later submit comes along to start another flush: the one running must see to it.
     await asyncio.wait_for(later, 1)
-    assert flushed == [[1], [2]]
+    assert flushed.calls == [[1], [2]]
