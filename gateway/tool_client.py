@@ -28,6 +28,7 @@ from contracts import (
     amqp_properties,
     encode_event,
 )
+from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 
 __all__ = [
@@ -227,6 +228,10 @@ class ToolClient:
                 )
             except TimeoutError:
                 raise ToolClientUnavailable("the broker did not confirm the call") from None
+            except asyncio.CancelledError:
+                if being_cancelled():
+                    raise
+                raise ToolClientUnavailable("the broker connection stalled") from None
             except Exception as error:
                 raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
             if not isinstance(confirmation, aiormq.spec.Basic.Ack):
@@ -242,7 +247,7 @@ class ToolClient:
             try:
                 return await asyncio.wait_for(future, timeout=timeout_s)
             except asyncio.CancelledError:
-                if future.cancelled() and not _current_task_cancelling():
+                if future.cancelled() and not being_cancelled():
                     raise ToolClientUnavailable("the gateway stopped") from None
                 raise
         finally:
@@ -271,8 +276,3 @@ class ToolClient:
 
 class ToolClientUnavailable(RuntimeError):
     """The call could not be handed to the memory service (not running, publish failed)."""
-
-
-def _current_task_cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0

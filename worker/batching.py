@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -56,7 +57,10 @@ class CallBatcher(Generic[Call, Result]):
 
     async def submit(self, key: str, call: Call) -> Result:
         if self._dispatcher is None or self._dispatcher.done():
-            self._dispatcher = asyncio.create_task(self._dispatch(), name="call-batcher")
+            # A context of its own: the batches it starts serve many calls, not this caller's.
+            self._dispatcher = asyncio.create_task(
+                self._dispatch(), name="call-batcher", context=contextvars.Context()
+            )
         waiting: _Waiting[Call, Result] = _Waiting(key, call)
         self._queue.put_nowait(waiting)
         return await waiting.done
@@ -171,9 +175,11 @@ class GroupCommit(Generic[Id]):
         self._pending.extend(ids)
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
+            # Its callers may all have been cancelled: then a failed flush is read by no one.
+            self._next.add_done_callback(_retrieved)
         if not self._running:
             self._running = True
-            self._task = asyncio.create_task(self._drain())
+            self._task = asyncio.create_task(self._drain(), context=contextvars.Context())
         return self._next
 
     async def _drain(self) -> None:
@@ -196,6 +202,11 @@ class GroupCommit(Generic[Id]):
                         done.set_result(None)
         finally:
             self._running = False
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _settle_with(source: asyncio.Future[None], target: asyncio.Future[None]) -> None:

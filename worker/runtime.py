@@ -39,6 +39,7 @@ from contracts import (
     decode_tool_call,
     result_routing_key,
 )
+from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import SUPPORTED_TOOLS, declare_topology
@@ -147,6 +148,12 @@ class Worker:
                 await setup.close()
                 self._publisher = await EventPublisher.open(connection, self.topology)
                 channel = await connection.channel()
+                # `closed()` only resolves on our own close; a broker-side close runs callbacks.
+                # A channel the broker closes alone (an exchange deleted, an ack refused) would
+                # leave the worker publishing or consuming on nothing: all starts over.
+                lost = asyncio.Event()
+                for closing in (connection, self._publisher.channel, channel):
+                    closing.close_callbacks.add(lambda *_: lost.set())
                 await channel.set_qos(prefetch_count=self.settings.prefetch)
                 # Deliveries come straight from aiormq: aio-pika's IncomingMessage and its
                 # second task per delivery are work the worker does not need.
@@ -156,9 +163,6 @@ class Worker:
                 assert tag is not None
                 self._consuming = True
                 log.info("consuming", queue=queue, prefetch=self.settings.prefetch)
-                # `closed()` only resolves on our own close; a broker-side close runs callbacks.
-                lost = asyncio.Event()
-                connection.close_callbacks.add(lambda *_: lost.set())
                 stopping = asyncio.create_task(self._stopping.wait())
                 closed = asyncio.create_task(lost.wait())
                 await asyncio.wait({stopping, closed}, return_when=asyncio.FIRST_COMPLETED)
@@ -171,14 +175,22 @@ class Worker:
                 await self._drain(consuming, tag)
                 await self._batcher.close()
                 await self._flush_outbox()
-        except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as error:
-            self._consuming = False
-            log.warning("broker connection failed", error=repr(error))
-            await self._pause(0.2)
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            await self._connection_failed("the broker connection stalled")
+        except (TimeoutError, OSError, RuntimeError, aiormq.exceptions.AMQPError) as error:
+            # RuntimeError: how aio-pika and aiormq refuse work on a channel already closed.
+            await self._connection_failed(repr(error))
+
+    async def _connection_failed(self, error: str) -> None:
+        self._consuming = False
+        log.warning("broker connection failed", error=error)
+        await self._pause(0.2)
 
     async def _drain(self, consuming: aiormq.abc.AbstractChannel, tag: str) -> None:
         """Stops taking new calls, then lets those in flight finish within the grace period."""
-        with contextlib.suppress(aiormq.exceptions.AMQPError, OSError):
+        with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, RuntimeError):
             await consuming.basic_cancel(tag)
         if self._in_flight:
             log.info("draining in-flight calls", count=len(self._in_flight))
@@ -198,7 +210,16 @@ class Worker:
         try:
             event_id = message.header.properties.message_id
             with structlog.contextvars.bound_contextvars(event_id=event_id):
-                await self._handle(message)
+                try:
+                    await self._handle(message)
+                except Exception as error:
+                    # The answer, or the dead-letter copy, was not published (a connection
+                    # lost, a publish refused): the call goes back and comes again. What
+                    # committed waits in the outbox for the sweep; the redelivered call
+                    # answers again from the stored result.
+                    log.warning("not answered; leaving the call for redelivery", error=repr(error))
+                    with contextlib.suppress(Exception):
+                        await _settle(message, requeue=True)
         finally:
             self.metrics.latency.observe(time.perf_counter() - started)
             self._in_flight.discard(task)
@@ -214,28 +235,30 @@ class Worker:
                 message, f"unsupported tool {call.tool_name!r}", cause="unsupported_tool"
             )
             return
-        with structlog.contextvars.bound_contextvars(tool_call_id=call.tool_call_id):
-            try:
-                processed = await self._batcher.submit(call.tool_call_id, call)
-            except Exception as error:
-                if is_transient(error):
-                    log.error("database unavailable past the retry budget", error=repr(error))
-                    status, reason, cause = (
-                        MemoryStatus.DB_ERROR,
-                        f"database unavailable: {error!r}",
-                        "db_error",
-                    )
-                else:
-                    log.exception("pipeline failed")
-                    status, reason, cause = (
-                        MemoryStatus.INTERNAL_ERROR,
-                        f"internal error: {error!r}",
-                        "internal_error",
-                    )
-                await self._answer_unrecorded(call, status)
-                await self._dead_letter(message, reason, cause=cause)
-                return
-            await self._deliver(message, call, processed)
+        # Bound until the delivery's task ends (each has a context of its own), so that the
+        # caller's lines about this call carry its id too.
+        structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
+        try:
+            processed = await self._batcher.submit(call.tool_call_id, call)
+        except Exception as error:
+            if is_transient(error):
+                log.error("database unavailable past the retry budget", error=repr(error))
+                status, reason, cause = (
+                    MemoryStatus.DB_ERROR,
+                    f"database unavailable: {error!r}",
+                    "db_error",
+                )
+            else:
+                log.exception("pipeline failed")
+                status, reason, cause = (
+                    MemoryStatus.INTERNAL_ERROR,
+                    f"internal error: {error!r}",
+                    "internal_error",
+                )
+            await self._answer_unrecorded(call, status)
+            await self._dead_letter(message, reason, cause=cause)
+            return
+        await self._deliver(message, call, processed)
 
     async def _run_pipeline(self, calls: list[ToolCallRequested]) -> list[Processed]:
         """One transaction for the batch, retried as a whole on transient faults, bounded."""
@@ -264,7 +287,7 @@ class Worker:
         except Exception as error:
             if not is_transient(error):
                 raise
-            self._count_retry(error, len(calls))
+            self._count_retry(error, calls)
         return await self._retry(calls, marks, started)
 
     async def _transaction(
@@ -294,7 +317,7 @@ class Worker:
 
         def count_retry(state: RetryCallState) -> None:
             outcome = state.outcome
-            self._count_retry(outcome.exception() if outcome is not None else None, len(calls))
+            self._count_retry(outcome.exception() if outcome is not None else None, calls)
 
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_transient),
@@ -308,9 +331,14 @@ class Worker:
                 return await self._transaction(calls, marks)
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
-    def _count_retry(self, error: BaseException | None, batch: int) -> None:
+    def _count_retry(self, error: BaseException | None, calls: list[ToolCallRequested]) -> None:
         self.metrics.db_retries.inc()
-        log.warning("transient database fault; retrying", error=repr(error), batch=batch)
+        log.warning(
+            "transient database fault; retrying",
+            error=repr(error),
+            batch=len(calls),
+            tool_call_ids=[call.tool_call_id for call in calls],
+        )
 
     async def _deliver(
         self, message: DeliveredMessage, call: ToolCallRequested, processed: Processed
@@ -321,20 +349,12 @@ class Worker:
         result = processed.result
         if not processed.replayed:
             failpoints.reach("after_commit")
-        try:
-            if processed.replayed:
-                await publisher.publish_event(
-                    result, result_routing_key(result.shard_id), self._reply_ttl_ms
-                )
-            else:
-                await publisher.publish_rows(processed.outbox)
-        except Exception as error:
-            # Committed but not (all) published: the sweep publishes the rows, and the
-            # redelivered call answers again from the stored result.
-            log.warning("publishing failed; leaving the call for redelivery", error=repr(error))
-            with contextlib.suppress(Exception):
-                await _settle(message, requeue=True)
-            return
+        if processed.replayed:
+            await publisher.publish_event(
+                result, result_routing_key(result.shard_id), self._reply_ttl_ms
+            )
+        else:
+            await publisher.publish_rows(processed.outbox)
         if processed.outbox:
             failpoints.reach("after_publish")
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import uuid
 from pathlib import Path
 
 import aio_pika
@@ -22,7 +23,13 @@ from contracts import (
 )
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.support.broker import EventTap, publish_tool_call, queue_depth, tap_events
+from tests.support.broker import (
+    EventTap,
+    delete_topology,
+    publish_tool_call,
+    queue_depth,
+    tap_events,
+)
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices, database_refused, rabbitmqctl
 from tests.support.waiting import eventually
@@ -160,6 +167,42 @@ async def test_work_goes_on_after_the_broker_closes_every_connection(
                 await worker.wait_ready_async(timeout=30)
     for call in before + after:
         assert len(await world.revisions_of_call(call.tool_call_id)) == 1
+
+
+async def test_a_channel_the_broker_closes_makes_the_worker_start_over(
+    channel: AbstractChannel,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+) -> None:
+    # A topology of its own: the events exchange is deleted under the worker.
+    topology = Topology(f"{services.amqp_prefix}x{uuid.uuid4().hex[:6]}")
+    persona = await world.persona(await world.server())
+    memory_ids = await _memories(world, persona, 2)
+    first, second = _updates(persona, memory_ids, 1)
+    try:
+        with new_worker(services, tmp_path, "worker", LTM_AMQP_PREFIX=topology.prefix) as worker:
+            await worker.wait_ready_async()
+            await channel.exchange_delete(topology.events_exchange)
+            # The first answer goes nowhere: the broker closes the publishing channel, and the
+            # worker starts over on a new connection, declaring the exchange again.
+            await publish_tool_call(channel, topology, first)
+            await eventually(lambda: _lost(worker), timeout=30, what="the worker starting over")
+            await worker.wait_ready_async(timeout=30)
+            async with tap_events(channel, topology.events_exchange) as tap:
+                await publish_tool_call(channel, topology, second)
+                await tap.wait_for(ToolCallCompleted, tool_call_id=second.tool_call_id)
+            # The first comes again and is answered from its stored result.
+            await eventually(lambda: _answered(worker, 2), timeout=30, what="both calls answered")
+    finally:
+        await delete_topology(channel, topology)
+    for call, memory_id in zip((first, second), memory_ids, strict=True):
+        assert len(await world.revisions_of_call(call.tool_call_id)) == 1
+        assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]
+
+
+async def _answered(worker: LtmProcess, count: int) -> bool:
+    return await _calls_answered(worker) >= count
 
 
 async def _lost(worker: LtmProcess) -> bool:

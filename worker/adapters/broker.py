@@ -23,6 +23,7 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
+from infra.cancellation import being_cancelled
 from worker.adapters.outbox import OutboxRow
 
 __all__ = [
@@ -116,14 +117,20 @@ class EventPublisher:
     async def _publish(
         self, exchange: str, body: bytes, routing_key: str, properties: Basic.Properties
     ) -> None:
-        await self._raw.basic_publish(
-            body,
-            exchange=exchange,
-            routing_key=routing_key,
-            properties=properties,
-            mandatory=False,
-            wait=False,
-        )
+        try:
+            await self._raw.basic_publish(
+                body,
+                exchange=exchange,
+                routing_key=routing_key,
+                properties=properties,
+                mandatory=False,
+                wait=False,
+            )
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            # The connection was given up as stalled: a failed publish, as any lost connection.
+            raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
 
 
 def event_properties(

@@ -1,0 +1,128 @@
+"""The worker behind a faulty network path to RabbitMQ (a proxy of the test's own)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import yarl
+from aio_pika.abc import AbstractChannel
+
+from contracts import CacheInvalidate, ToolCallCompleted, Topology, cache_routing_key, encode_event
+from tests.e2e.conftest import new_worker
+from tests.support.amqp_proxy import BASIC_QOS, AmqpProxy
+from tests.support.broker import publish_tool_call, tap_events
+from tests.support.processes import LtmProcess
+from tests.support.services import TestServices
+from tests.support.waiting import eventually
+from tests.support.world import World, snowflake, tool_call
+
+# aiormq gives up on a connection that sent no frame for 3 x (heartbeat + 1) s: 6 s here.
+_HEARTBEAT_S = 1
+
+
+@asynccontextmanager
+async def _proxied_worker(
+    services: TestServices, tmp_path: Path, proxy: AmqpProxy, **env: str
+) -> AsyncIterator[LtmProcess]:
+    url = yarl.URL(services.amqp_url)
+    through = url.with_host("127.0.0.1").with_port(proxy.port) % {"heartbeat": _HEARTBEAT_S}
+    with new_worker(services, tmp_path, "proxied", LTM_AMQP_URL=str(through), **env) as worker:
+        yield worker
+
+
+@asynccontextmanager
+async def _proxy(services: TestServices) -> AsyncIterator[AmqpProxy]:
+    url = yarl.URL(services.amqp_url)
+    assert url.host is not None and url.port is not None
+    async with AmqpProxy(url.host, url.port) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("fault", ["cut", "stall"])
+async def test_a_connection_lost_while_the_worker_sets_up_is_opened_again(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+    fault: str,
+) -> None:
+    persona = await world.persona(await world.server())
+    memory_id = await world.server_memory(persona, "before")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
+    )
+    async with _proxy(services) as proxy:
+        # The first connection ends between declaring the topology and consuming: closed, or
+        # given up by the worker's heartbeat check.
+        if fault == "cut":
+            proxy.cut_at(BASIC_QOS)
+        else:
+            proxy.stall_at(BASIC_QOS)
+        async with _proxied_worker(services, tmp_path, proxy) as worker:
+            await eventually(
+                lambda: _logged(worker, "broker connection failed"),
+                timeout=30,
+                what="the worker giving up on its first connection",
+            )
+            proxy.resume()
+            await worker.wait_ready_async(timeout=30)
+            assert proxy.faults == 1 and proxy.connections >= 2
+            async with tap_events(channel, topology.events_exchange) as tap:
+                await publish_tool_call(channel, topology, call)
+                await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+    assert await world.content(memory_id) == "after"
+
+
+async def test_the_outbox_sweep_outlives_a_stalled_broker_connection(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+) -> None:
+    """aiormq drops a stalled connection by failing its pending confirms with CancelledError;
+    the sweep publishing then must take it as a lost connection, not as its own end."""
+    async with (
+        _proxy(services) as proxy,
+        tap_events(channel, topology.events_exchange) as tap,
+        _proxied_worker(services, tmp_path, proxy, LTM_OUTBOX_SWEEP_INTERVAL_S="0.1") as worker,
+    ):
+        await worker.wait_ready_async()
+        proxy.stall()
+        # Left behind by a crash: the sweep publishes it into the stalled path.
+        stuck = await _unpublished_row(world, age_s=60)
+        await eventually(
+            lambda: _logged(worker, "broker connection lost"),
+            timeout=30,
+            what="the worker giving up on the stalled connection",
+        )
+        assert tap.deliveries_with(message_id=stuck) == []
+        proxy.resume()
+        await worker.wait_ready_async(timeout=30)
+        await tap.wait_for_delivery(message_id=stuck, timeout=30)
+        # And the sweep goes on for rows left later.
+        later = await _unpublished_row(world, age_s=60)
+        await tap.wait_for_delivery(message_id=later, timeout=30)
+
+
+async def _unpublished_row(world: World, *, age_s: float) -> str:
+    """An outbox row as a worker killed between commit and publish leaves it."""
+    event = CacheInvalidate(cache="user", key=snowflake())
+    await world.execute(
+        "INSERT INTO outbox (event_id, event_type, routing_key, body, created_at)"
+        " VALUES (%s, %s, %s, %s, now() - make_interval(secs => %s))",
+        event.event_id,
+        event.event_type,
+        cache_routing_key(event.cache, str(event.key)),
+        encode_event(event),
+        age_s,
+    )
+    return str(event.event_id)
+
+
+async def _logged(worker: LtmProcess, text: str) -> bool:
+    return text in worker.output()
