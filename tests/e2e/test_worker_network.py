@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-import yarl
 from aio_pika.abc import AbstractChannel
 
 from contracts import CacheInvalidate, ToolCallCompleted, Topology, cache_routing_key, encode_event
@@ -19,26 +18,16 @@ from tests.support.services import TestServices
 from tests.support.waiting import eventually
 from tests.support.world import World, snowflake, tool_call
 
-# aiormq gives up on a connection that sent no frame for 3 x (heartbeat + 1) s: 6 s here.
-_HEARTBEAT_S = 1
+_HEARTBEAT_S = 1  # a stalled connection is given up after 6 s
 
 
 @asynccontextmanager
 async def _proxied_worker(
     services: TestServices, tmp_path: Path, proxy: AmqpProxy, **env: str
 ) -> AsyncIterator[LtmProcess]:
-    url = yarl.URL(services.amqp_url)
-    through = url.with_host("127.0.0.1").with_port(proxy.port) % {"heartbeat": _HEARTBEAT_S}
-    with new_worker(services, tmp_path, "proxied", LTM_AMQP_URL=str(through), **env) as worker:
+    url = proxy.url(heartbeat_s=_HEARTBEAT_S)
+    with new_worker(services, tmp_path, "proxied", LTM_AMQP_URL=url, **env) as worker:
         yield worker
-
-
-@asynccontextmanager
-async def _proxy(services: TestServices) -> AsyncIterator[AmqpProxy]:
-    url = yarl.URL(services.amqp_url)
-    assert url.host is not None and url.port is not None
-    async with AmqpProxy(url.host, url.port) as proxy:
-        yield proxy
 
 
 @pytest.mark.parametrize("fault", ["cut", "stall"])
@@ -55,7 +44,7 @@ async def test_a_connection_lost_while_the_worker_sets_up_is_opened_again(
     call = tool_call(
         persona, {"memory_id": memory_id, "memory_content": "after"}, triggerer_id=snowflake()
     )
-    async with _proxy(services) as proxy:
+    async with AmqpProxy(services.amqp_url) as proxy:
         # The first connection ends between declaring the topology and consuming: closed, or
         # given up by the worker's heartbeat check.
         if fault == "cut":
@@ -87,7 +76,7 @@ async def test_the_outbox_sweep_outlives_a_stalled_broker_connection(
     """aiormq drops a stalled connection by failing its pending confirms with CancelledError;
     the sweep publishing then must take it as a lost connection, not as its own end."""
     async with (
-        _proxy(services) as proxy,
+        AmqpProxy(services.amqp_url) as proxy,
         tap_events(channel, topology.events_exchange) as tap,
         _proxied_worker(services, tmp_path, proxy, LTM_OUTBOX_SWEEP_INTERVAL_S="0.1") as worker,
     ):

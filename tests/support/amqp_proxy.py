@@ -14,6 +14,8 @@ import struct
 from types import TracebackType
 from typing import Literal, Self
 
+import yarl
+
 __all__ = ["BASIC_QOS", "AmqpProxy"]
 
 # (class id, method id) of the AMQP 0-9-1 methods a test may cut at.
@@ -28,8 +30,10 @@ _FRAME_END = 1
 class AmqpProxy:
     """Listens on 127.0.0.1 (random port) and forwards each connection to the broker."""
 
-    def __init__(self, broker_host: str, broker_port: int) -> None:
-        self._broker = (broker_host, broker_port)
+    def __init__(self, amqp_url: str) -> None:
+        self._amqp_url = yarl.URL(amqp_url)
+        assert self._amqp_url.host is not None
+        self._broker = (self._amqp_url.host, self._amqp_url.port or 5672)
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._fault: tuple[tuple[int, int], Literal["cut", "stall"]] | None = None
@@ -42,6 +46,12 @@ class AmqpProxy:
     def port(self) -> int:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
+
+    def url(self, *, heartbeat_s: int) -> str:
+        """The broker's URL (user, virtual host) through the proxy, with a short heartbeat:
+        aiormq gives up a connection that sent no frame for 3 x (heartbeat + 1) s."""
+        through = self._amqp_url.with_host("127.0.0.1").with_port(self.port)
+        return str(through % {"heartbeat": heartbeat_s})
 
     async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)

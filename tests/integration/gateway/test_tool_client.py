@@ -19,6 +19,7 @@ from contracts import (
     decode_tool_call,
 )
 from gateway import TIMEOUT_STATUS, UNAVAILABLE_STATUS, Gateway, MessageContext
+from infra.settings import Settings
 from tests.integration.gateway.conftest import (
     GatewayFactory,
     fresh_shard,
@@ -26,6 +27,7 @@ from tests.integration.gateway.conftest import (
     publish_result,
     tool_call_completed,
 )
+from tests.support.amqp_proxy import AmqpProxy
 from tests.support.fake_discord import random_snowflake
 
 
@@ -222,3 +224,29 @@ async def test_a_call_made_before_the_shards_are_known_is_answered_once_they_are
         await publish_result(channel, topology, completed)
         answer = await asyncio.wait_for(call, 10)
     assert answer == completed.for_llm()
+
+
+async def test_a_call_over_a_stalled_broker_connection_is_answered_unavailable(
+    start_gateway: GatewayFactory, settings: Settings
+) -> None:
+    # aiormq gives up the stalled connection by failing the call's confirm with CancelledError:
+    # the bot's turn gets an answer, not a cancellation it never asked for.
+    shard = fresh_shard()
+    async with AmqpProxy(settings.amqp_url) as proxy:
+        connection = await aio_pika.connect_robust(proxy.url(heartbeat_s=1))
+        try:
+            async with start_gateway(shards=(shard,), connection=connection) as gateway:
+                proxy.stall()
+                answer = await gateway.tool_client.call(
+                    "call_stalled",
+                    UPDATE_LONG_TERM_MEMORY,
+                    {"memory_id": 1, "memory_content": "stalled"},
+                    context(shard),
+                    timeout_s=30,
+                )
+                proxy.resume()
+        finally:
+            proxy.resume()
+            await connection.close()
+    assert answer["status"] == UNAVAILABLE_STATUS
+    assert "stalled" in answer["message"]
