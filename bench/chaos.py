@@ -6,7 +6,8 @@ seeds a world of servers, personas, people and memories, and publishes random to
 scopes, updates and deletes, invalid arguments, ids out of reach or missing, copies of the same
 tool call) at a steady pace to two real `ltm worker` processes. Meanwhile it SIGKILLs workers
 (sometimes bringing one back with a failpoint that kills it between commit and ack), closes
-every broker connection of its virtual host, and restarts PostgreSQL once. An in-process
+every broker connection of its virtual host, stalls the workers' network path to the broker
+(a TCP proxy) until their heartbeats give it up, and restarts PostgreSQL once. An in-process
 gateway consumes the shard queues and posts embeds to a fake Discord. Afterwards it replays
 whatever was dead-lettered and checks:
 
@@ -74,6 +75,7 @@ from contracts import (
 from gateway import DiscordSender, Gateway, RetryPolicy, discord_nonce
 from infra.settings import Settings
 from infra.topology import declare_topology
+from tests.support.amqp_proxy import AmqpProxy
 from tests.support.broker import delete_topology
 from tests.support.fake_discord import FakeDiscord
 from tests.support.processes import LtmProcess
@@ -850,6 +852,7 @@ class ChaosReport:
     kills: int = 0
     failpoint_deaths: int = 0
     broker_closures: int = 0
+    stalls: int = 0
     db_faults: int = 0
     db_fault_kind: str = "none"
     unrecorded_answers: Counter[str] = field(default_factory=Counter)
@@ -909,6 +912,7 @@ class ChaosReport:
             ("kills (SIGKILL by the harness)", self.kills),
             ("failpoint deaths (SIGKILL at a failpoint)", self.failpoint_deaths),
             ("broker closures", self.broker_closures),
+            ("broker path stalls (the workers' heartbeats give up)", self.stalls),
             (fault, self.db_faults),
             ("duration", f"{self.duration_s:.1f} s"),
             ("harness reconnects (its own connection)", self.harness_reconnects),
@@ -932,6 +936,9 @@ class ChaosReport:
             lines += [f"  {reason}: {n}" for reason, n in self.dead_letter_reasons.most_common()]
         return "\n".join(lines)
 
+
+# Longer than the 6 s after which a worker with a 1 s heartbeat gives its connection up.
+_STALL_S: Final = 8.0
 
 # Errors a chaos run causes on purpose: aiormq logs each connection the broker closes.
 _EXPECTED_LOG_ERRORS: Final = (
@@ -987,11 +994,17 @@ async def _gateway(settings: Settings, shards: int) -> AsyncIterator[tuple[Gatew
 
 
 def _schedule(
-    rng: random.Random, span_s: float, kills: int, closures: int, db_fault: DbFault
+    rng: random.Random,
+    *,
+    span_s: float,
+    kills: int,
+    closures: int,
+    stalls: int,
+    db_fault: DbFault,
 ) -> list[tuple[float, str]]:
     """When each fault strikes, spread over the publishing time (the first tenth is calm)."""
     faults: list[tuple[float, str]] = []
-    for kind, count in (("kill", kills), ("closure", closures)):
+    for kind, count in (("kill", kills), ("closure", closures), ("stall", stalls)):
         for n in range(count):
             at = span_s * (0.1 + 0.8 * (n + rng.random()) / count)
             faults.append((at, kind))
@@ -1006,6 +1019,7 @@ async def run_chaos(
     calls: int = 3000,
     kills: int = 8,
     broker_closures: int = 3,
+    stalls: int = 1,
     db_fault: DbFault = "restart",
     workers: int = 2,
     shards: int = 2,
@@ -1053,9 +1067,13 @@ async def run_chaos(
         "LTM_SHUTDOWN_GRACE_S": "10",
         "LTM_PREFETCH": "32",
     }
+    # The workers reach the broker through a proxy that can stall the path; with a short
+    # heartbeat they give a stalled connection up after 3 x (1 + 1) s.
+    proxy = AmqpProxy(services.amqp_url)
     slots = [WorkerSlot(f"worker{n}", services, env, logs) for n in range(workers)]
     try:
-        async with _gateway(settings, shards) as (gateway, fake):
+        async with _gateway(settings, shards) as (gateway, fake), proxy:
+            env["LTM_AMQP_URL"] = proxy.url(heartbeat_s=1)
             for slot in slots:
                 slot.start()
             await asyncio.gather(*(slot.wait_ready() for slot in slots))
@@ -1069,6 +1087,8 @@ async def run_chaos(
                     span=span,
                     kills=kills,
                     closures=broker_closures,
+                    stalls=stalls,
+                    proxy=proxy,
                     db_fault=db_fault,
                     outage_s=outage_s,
                     pg_cluster=pg_cluster,
@@ -1140,13 +1160,17 @@ async def _inflict(
     span: float,
     kills: int,
     closures: int,
+    stalls: int,
+    proxy: AmqpProxy,
     db_fault: DbFault,
     outage_s: float,
     pg_cluster: tuple[str, str],
 ) -> None:
     begin = time.monotonic()
     failpoints = itertools.cycle(FAILPOINTS)
-    for at, kind in _schedule(rng, span, kills, closures, db_fault):
+    for at, kind in _schedule(
+        rng, span_s=span, kills=kills, closures=closures, stalls=stalls, db_fault=db_fault
+    ):
         delay = begin + at - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -1166,6 +1190,11 @@ async def _inflict(
                 rabbitmqctl, "close_all_connections", "-p", services.vhost, "chaos run"
             )
             report.broker_closures += 1
+        elif kind == "stall":
+            proxy.stall()
+            await asyncio.sleep(_STALL_S)
+            proxy.resume()
+            report.stalls += 1
         else:
             await database_fault(
                 db_fault, services.database_url, outage_s=outage_s, pg_cluster=pg_cluster
@@ -1473,6 +1502,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=8)
     parser.add_argument("--closures", type=int, default=3, help="broker connection closures")
     parser.add_argument(
+        "--stalls", type=int, default=1, help="stalls of the workers' path to the broker"
+    )
+    parser.add_argument(
         "--db-fault",
         choices=["restart", "outage", "none"],
         default="restart",
@@ -1506,6 +1538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 calls=args.calls,
                 kills=args.kills,
                 broker_closures=args.closures,
+                stalls=args.stalls,
                 db_fault=args.db_fault,
                 workers=args.workers,
                 publish_s=args.publish_seconds,

@@ -1,6 +1,7 @@
 """A short chaos run (`bench/chaos.py`): a few hundred random tool calls while real workers are
 SIGKILLed and restarted (some with a failpoint between commit and ack), the broker closes every
-connection of the test run's virtual host, and the test database goes away for a few seconds.
+connection of the test run's virtual host, the workers' path to the broker stalls until they
+give it up, and the test database goes away for a few seconds.
 
 The database fault here is an outage of this run's database only (connections refused and the
 open ones ended), not a PostgreSQL restart: a restart would hit every database on the machine,
@@ -39,6 +40,7 @@ from tests.support.waiting import eventually
 CALLS = 300
 KILLS = 4
 CLOSURES = 2
+STALLS = 1
 
 
 @pytest.mark.slow
@@ -55,6 +57,7 @@ async def test_nothing_lost_nothing_twice_under_kills_closures_and_a_database_ou
         calls=CALLS,
         kills=KILLS,
         broker_closures=CLOSURES,
+        stalls=STALLS,
         db_fault="outage",
         publish_s=12.0,
         seed=seed,
@@ -76,6 +79,7 @@ async def test_nothing_lost_nothing_twice_under_kills_closures_and_a_database_ou
     # The faults happened, and the calls were of every kind.
     assert report.kills == KILLS, summary
     assert report.broker_closures == CLOSURES, summary
+    assert report.stalls == STALLS, summary
     assert report.db_faults == 1, summary
     assert report.duplicate_publishes > 0, summary
     assert report.replayed >= report.dead_lettered, summary
