@@ -1067,12 +1067,17 @@ async def run_chaos(
         "LTM_SHUTDOWN_GRACE_S": "10",
         "LTM_PREFETCH": "32",
     }
-    # The workers reach the broker through a proxy that can stall the path; with a short
-    # heartbeat they give a stalled connection up after 3 x (1 + 1) s.
+    # The workers and the gateway reach the broker through a proxy that can stall the path;
+    # with a short heartbeat they give a stalled connection up after 3 x (1 + 1) s.
     proxy = AmqpProxy(services.amqp_url)
     slots = [WorkerSlot(f"worker{n}", services, env, logs) for n in range(workers)]
     try:
-        async with _gateway(settings, shards) as (gateway, fake), proxy:
+        async with (
+            proxy,
+            _gateway(
+                settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)}), shards
+            ) as (gateway, fake),
+        ):
             env["LTM_AMQP_URL"] = proxy.url(heartbeat_s=1)
             for slot in slots:
                 slot.start()
