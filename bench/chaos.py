@@ -912,7 +912,7 @@ class ChaosReport:
             ("kills (SIGKILL by the harness)", self.kills),
             ("failpoint deaths (SIGKILL at a failpoint)", self.failpoint_deaths),
             ("broker closures", self.broker_closures),
-            ("broker path stalls (the workers' heartbeats give up)", self.stalls),
+            ("broker path stalls (until heartbeats give up)", self.stalls),
             (fault, self.db_faults),
             ("duration", f"{self.duration_s:.1f} s"),
             ("harness reconnects (its own connection)", self.harness_reconnects),
