@@ -9,6 +9,9 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import sqlalchemy.exc
+
 from infra.logs import configure_logging
 from infra.settings import Settings
 
@@ -81,6 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
+    try:
+        return _dispatch(args, settings)
+    except (OSError, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
+        # A broker or database that does not answer, a file that is not there: one line.
+        print(f"ltm {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from worker import bootstrap
 
     match args.command:
