@@ -3,6 +3,7 @@ call, and the audit stream of a run, with a real worker."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from aio_pika.abc import AbstractChannel
 
 from contracts import (
+    CacheInvalidate,
     EmbedRequested,
     MemoryStatus,
     MemoryUpdated,
@@ -17,12 +19,15 @@ from contracts import (
     ToolCallRequested,
     Topology,
     amqp_properties,
+    cache_routing_key,
     encode_event,
 )
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
+from tests.support.amqp_proxy import AmqpProxy
 from tests.support.broker import publish_raw, publish_tool_call, tap_events
 from tests.support.services import TestServices, database_refused
+from tests.support.waiting import eventually
 from tests.support.world import World, snowflake, tool_call
 from worker.ops.audit_stream import tail_audit
 from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
@@ -162,3 +167,56 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
     assert [event["content_after"] for event in tailed] == ["v1", "v2", "v3", "v4", "v5"]
     revisions = await world.revisions(memory_id)
     assert [event["revision_id"] for event in tailed] == [r["revision_id"] for r in revisions]
+
+
+async def test_audit_tail_without_follow_ends_while_events_keep_coming(
+    channel: AbstractChannel, topology: Topology, settings: Settings
+) -> None:
+    # An event every 0.1 s: never a second without one, the idle interval that ends a tail.
+    publishing = asyncio.create_task(_publish_events_forever(channel, topology))
+    try:
+        code = await asyncio.wait_for(
+            tail_audit(settings, "last", out=io.StringIO(), err=io.StringIO()), timeout=20
+        )
+        assert not publishing.done()
+    finally:
+        publishing.cancel()
+    assert code == 0
+
+
+async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
+    channel: AbstractChannel, topology: Topology, settings: Settings
+) -> None:
+    async with AmqpProxy(settings.amqp_url) as proxy:
+        through = settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)})
+        out, err = io.StringIO(), io.StringIO()
+        tail = asyncio.create_task(tail_audit(through, "last", follow=True, out=out, err=err))
+        event = CacheInvalidate(cache="user", key=snowflake())
+
+        async def tailing() -> bool:  # "last" may start past a first copy: send it again
+            await _publish_event(channel, topology, event)
+            return str(event.key) in out.getvalue()
+
+        await eventually(tailing, timeout=20, interval=0.5, what="the tail printing an event")
+        proxy.drop()
+        code = await asyncio.wait_for(tail, timeout=20)
+    assert code == 1
+    assert "connection was lost" in err.getvalue()
+
+
+async def _publish_events_forever(channel: AbstractChannel, topology: Topology) -> None:
+    while True:
+        await _publish_event(channel, topology, CacheInvalidate(cache="user", key=snowflake()))
+        await asyncio.sleep(0.1)
+
+
+async def _publish_event(
+    channel: AbstractChannel, topology: Topology, event: CacheInvalidate
+) -> None:
+    await publish_raw(
+        channel,
+        topology.events_exchange,
+        encode_event(event),
+        cache_routing_key(event.cache, str(event.key)),
+        **amqp_properties(event),
+    )

@@ -4,6 +4,7 @@
 open; only heartbeats can tell); `resume()` lets the held bytes through. `cut_at(method)`
 closes the next connection that sends that AMQP method, before the broker sees it, and
 `stall_at(method)` stalls there: a connection lost halfway through a client's setup.
+`drop()` closes every connection at once.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class AmqpProxy:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
+
+    def drop(self) -> None:
+        """Closes every connection now, as a broker that went away would."""
+        for task in self._connections:
+            task.cancel()
 
     def stall(self) -> None:
         self._flowing.clear()

@@ -1,9 +1,11 @@
 """`ltm audit tail --from first|last|TIME [--follow] [--json]`: prints the `<prefix>.audit` stream.
 
 A stream never says "end", and its message count lags (the broker refreshes it about once a
-second), so without `--follow` the tail stops after an idle interval with no delivery. Before
-the first delivery it waits longer: a stream consumer takes a moment to attach, and from
-`first` or `last` a stream known to be non-empty owes at least one delivery.
+second), so without `--follow` the tail stops after an idle interval with no delivery, or at
+the first event that occurred after the tail began (under steady traffic it would never be
+idle). Before the first delivery it waits longer: a stream consumer takes a moment to attach,
+and from `first` or `last` a stream known to be non-empty owes at least one delivery. A lost
+broker connection ends the tail, with or without `--follow`, with exit code 1.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ ATTACH_S: Final = 2.0
 # Before the first delivery of a stream known to hold something, read from first or last.
 OWED_S: Final = 10.0
 PREFETCH: Final = 200
+# The time of an event that carries none: later than any start, so a TIME start keeps it.
+_UNKNOWN_TIME: Final = datetime.max.replace(tzinfo=UTC)
 CONTENT_PREVIEW: Final = 48
 
 
@@ -102,7 +106,8 @@ async def tail_audit(
     """Prints the audit stream from `start`; with `follow`, until SIGINT/SIGTERM (or `stop`
     when given).
 
-    Exit code 0; 2 for a bad `start`; 1 when the stream does not exist.
+    Exit code 0; 2 for a bad `start`; 1 when the stream does not exist or the broker
+    connection is lost.
     """
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -116,6 +121,14 @@ async def tail_audit(
     tail = _Tail(origin, follow, as_json, stop, idle_s, out, err)
     topology = Topology(settings.amqp_prefix)
     connection = await aio_pika.connect(settings.amqp_url)
+    # A plain connection reports its loss only to callbacks: the tail must not wait on forever.
+    lost = asyncio.Event()
+
+    def on_close(*_: object) -> None:
+        lost.set()
+        stop.set()
+
+    connection.close_callbacks.add(on_close)
     try:
         with _stop_on_signals(stop, enabled=on_signals):
             async with _stream(connection, topology, origin) as (deliveries, holds_events):
@@ -124,7 +137,11 @@ async def tail_audit(
         print(f"{topology.audit_stream} does not exist: run `ltm topology` first", file=err)
         return 1
     finally:
+        broken = lost.is_set()
         await connection.close()
+    if broken:
+        print("the broker connection was lost; the tail ended early", file=err)
+        return 1
     return 0
 
 
@@ -143,14 +160,24 @@ class _Tail:
     async def run(
         self, deliveries: asyncio.Queue[AbstractIncomingMessage], holds_events: bool
     ) -> None:
+        # Without --follow: what the stream held when the tail began, and no more.
+        began = None if self.follow else datetime.now(UTC)
         seen_any = False
         while not self.stop.is_set():
             patience = None if self.follow else self._patience(seen_any, holds_events)
             message = await _next_or_stop(deliveries, self.stop, patience)
             if message is None:
                 return
+            try:
+                event: Event | None = decode_event(message.body)
+                problem = ""
+            except InvalidEnvelope as error:
+                event, problem = None, str(error)
+            # An event of unknown time is printed, not taken for one that came after.
+            if began is not None and began < _occurred_at(event, message) < _UNKNOWN_TIME:
+                return
             seen_any = True
-            self._print(message)
+            self._print(message, event, problem)
             await message.ack()
 
     def _patience(self, seen_any: bool, holds_events: bool) -> float:
@@ -160,12 +187,7 @@ class _Tail:
             return max(self.idle_s, OWED_S)
         return max(self.idle_s, ATTACH_S)
 
-    def _print(self, message: AbstractIncomingMessage) -> None:
-        try:
-            event: Event | None = decode_event(message.body)
-            problem = ""
-        except InvalidEnvelope as error:
-            event, problem = None, str(error)
+    def _print(self, message: AbstractIncomingMessage, event: Event | None, problem: str) -> None:
         # A timestamp offset starts at the chunk holding that time: drop its earlier events.
         if isinstance(self.origin, datetime) and _occurred_at(event, message) < self.origin:
             return
@@ -254,7 +276,7 @@ def _occurred_at(event: Event | None, message: AbstractIncomingMessage) -> datet
         return event.occurred_at
     stamp = message.timestamp
     if stamp is None:
-        return datetime.max.replace(tzinfo=UTC)  # unknown: keep it
+        return _UNKNOWN_TIME
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
