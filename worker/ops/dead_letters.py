@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +32,7 @@ from infra.settings import Settings
 from worker.adapters.broker import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [
+    "DELIVERY_PATIENCE_S",
     "DeadLetter",
     "DeadLetterSource",
     "describe",
@@ -42,6 +43,7 @@ __all__ = [
     "replay_dead_letters",
     "replay_message",
     "run_command",
+    "take_deliveries",
 ]
 
 
@@ -277,12 +279,20 @@ class _Replayer:
             print(f"{self.topology.dead_letter_queue} is empty", file=self.out)
             return 0
         results: list[asyncio.Task[bool]] = []
+
+        def confirms_pending() -> bool:
+            return any(not task.done() for task in results)
+
         async with asyncio.TaskGroup() as replays:
-            async for message in _take(queue, total, prefetch=REPLAY_WINDOW):
+            async for message in take_deliveries(
+                queue, total, prefetch=REPLAY_WINDOW, waiting_for_acks=confirms_pending
+            ):
                 results.append(replays.create_task(self.replay(message)))
         replayed = sum(task.result() for task in results)
-        print(f"replayed {replayed} of {len(results)} dead-lettered message(s)", file=self.out)
-        return 0 if replayed == len(results) else 1
+        left = total - len(results)
+        note = f"; {left} not reached, run it again" if left else ""
+        print(f"replayed {replayed} of {total} dead-lettered message(s){note}", file=self.out)
+        return 0 if replayed == total else 1
 
     async def replay(self, message: AbstractIncomingMessage) -> bool:
         entry = describe(message, self.topology)
@@ -307,14 +317,19 @@ class _Replayer:
 async def _hold(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
     """Takes up to `count` messages without acknowledging them; the caller's channel returns
     those it does not ack when it closes."""
-    return [message async for message in _take(queue, count, prefetch=count)]
+    return [message async for message in take_deliveries(queue, count, prefetch=count)]
 
 
-async def _take(
-    queue: AbstractQueue, count: int, *, prefetch: int
+async def take_deliveries(
+    queue: AbstractQueue,
+    count: int,
+    *,
+    prefetch: int,
+    waiting_for_acks: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[AbstractIncomingMessage]:
     """Up to `count` deliveries, unacknowledged; stops early when one does not come within
-    `DELIVERY_PATIENCE_S`. At most `prefetch` are outstanding unacknowledged at once."""
+    `DELIVERY_PATIENCE_S`, unless `waiting_for_acks()`: at most `prefetch` are outstanding
+    unacknowledged at once, so a full window delivers nothing until the caller acks."""
     if count <= 0:
         return
     await queue.channel.set_qos(prefetch_count=min(count, prefetch))
@@ -325,11 +340,15 @@ async def _take(
 
     tag = await queue.consume(on_message)
     try:
-        for _ in range(count):
+        taken = 0
+        while taken < count:
             try:
                 message = await asyncio.wait_for(deliveries.get(), DELIVERY_PATIENCE_S)
             except TimeoutError:
+                if waiting_for_acks():
+                    continue
                 return
+            taken += 1
             yield message
     finally:
         if not queue.channel.is_closed:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from dataclasses import dataclass
 
 import pytest
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 from contracts import UPDATE_LONG_TERM_MEMORY, ToolCallRequested, Topology
 from infra.settings import Settings
@@ -18,10 +19,12 @@ from tests.integration.ops.seeding import (
 from tests.support.broker import queue_depth
 from tests.support.waiting import eventually
 from worker.ops.dead_letters import (
+    DELIVERY_PATIENCE_S,
     inspect_dead_letters,
     list_dead_letters,
     purge_dead_letters,
     replay_dead_letters,
+    take_deliveries,
 )
 
 
@@ -238,3 +241,26 @@ async def test_purge_answered_yes_empties_the_queue(
 
     assert "removed 3" in out.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 0)
+
+
+async def test_taking_waits_out_a_full_window_while_acks_are_due(
+    connection: AbstractConnection, topology: Topology, seeded: Seeded
+) -> None:
+    # `replay --all` takes a window of copies, then waits for their replays' confirms before
+    # it acks them and more come: slow confirms must not read as an empty queue.
+    own = await connection.channel()
+    queue = await own.declare_queue(topology.dead_letter_queue, passive=True)
+    acking: list[asyncio.Task[None]] = []
+
+    async def ack_after_the_patience(message: AbstractIncomingMessage) -> None:
+        await asyncio.sleep(DELIVERY_PATIENCE_S + 0.5)
+        await message.ack()
+
+    def acks_due() -> bool:
+        return any(not task.done() for task in acking)
+
+    async for message in take_deliveries(queue, 2, prefetch=1, waiting_for_acks=acks_due):
+        acking.append(asyncio.create_task(ack_after_the_patience(message)))
+    await asyncio.gather(*acking)
+    assert len(acking) == 2
+    await own.close()
