@@ -225,7 +225,8 @@ async def purge_dead_letters(
     err: TextIO | None = None,
     stdin: TextIO | None = None,
 ) -> int:
-    """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`."""
+    """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`.
+    Exit code 1 when the answer is not yes (or stdin is closed)."""
     out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
     topology = Topology(settings.amqp_prefix)
     try:
@@ -237,8 +238,9 @@ async def purge_dead_letters(
                 return 0
             question = f"remove {count} dead-lettered message(s) from {queue.name}? [y/N] "
             if not yes and not await _confirmed(question, out, stdin):
-                print("nothing removed", file=out)
-                return 0
+                # Not 0: a script that ran it without --yes must not take it as done.
+                print("nothing removed (answer y, or pass --yes)", file=out)
+                return 1
             purged = await queue.purge()
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)

@@ -226,9 +226,21 @@ async def test_purge_answered_no_keeps_everything(
 
     code = await purge_dead_letters(ops_settings, out=out, stdin=io.StringIO("n\n"))
 
-    assert code == 0
+    assert code == 1
     assert "remove 3 dead-lettered message(s)" in out.getvalue()
     assert "nothing removed" in out.getvalue()
+    await _wait_for_count(channel, topology.dead_letter_queue, 3)
+
+
+async def test_purge_without_an_answer_keeps_everything_and_says_so(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, seeded: Seeded
+) -> None:
+    out = io.StringIO()
+
+    code = await purge_dead_letters(ops_settings, out=out, stdin=io.StringIO(""))
+
+    assert code == 1
+    assert "pass --yes" in out.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 3)
 
 
