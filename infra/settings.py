@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     max_memory_length: int = Field(default=1000, ge=1)
     shard_count: int = Field(default=1, ge=1)
     db_retry_seconds: float = Field(default=10.0, ge=0)
+    # A worker's transactions hold row locks for milliseconds: a longer wait is a lock held
+    # from outside (an open session), which must fail one call, not stall every call.
+    db_lock_timeout_s: float = Field(default=2.0, gt=0)
     reply_ttl_s: int = Field(default=900, ge=1)
     metrics_port: int = Field(default=9464, ge=0, le=65535)
 

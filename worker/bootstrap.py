@@ -34,7 +34,11 @@ log = get_logger("ltm")
 
 
 def build_worker(settings: Settings) -> Worker:
-    engine = create_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size)
+    engine = create_engine(
+        settings.sqlalchemy_url,
+        pool_size=settings.db_pool_size,
+        lock_timeout_s=settings.db_lock_timeout_s,
+    )
     return Worker(settings=settings, store=MemoryStore(engine), outbox=OutboxStore(engine))
 
 

@@ -72,6 +72,18 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, psycopg.OperationalError | sa_exc.TimeoutError | ConnectionError)
 
 
+def waited_for_a_lock(error: BaseException) -> bool:
+    """`lock_timeout` struck: a row of one call is locked from outside the worker."""
+    cause = error.orig if isinstance(error, sa_exc.DBAPIError) else error
+    return isinstance(cause, psycopg.errors.LockNotAvailable)
+
+
+def _shared_by_the_batch(error: BaseException) -> bool:
+    # A lock wait is one call's: the batch runs again one call at a time, and only the call
+    # whose row is held fails (after its retries, `memory_update_failed_db_error`).
+    return is_transient(error) and not waited_for_a_lock(error)
+
+
 @dataclass
 class Worker:
     settings: Settings
@@ -91,7 +103,7 @@ class Worker:
             self._run_pipeline,
             max_batch=self.settings.max_batch,
             concurrency=min(self.settings.batch_concurrency, self.settings.db_pool_size),
-            shared_fault=is_transient,
+            shared_fault=_shared_by_the_batch,
         )
         self._published: GroupCommit[uuid.UUID] = GroupCommit(
             self.outbox.mark_published, linger_s=_MARK_LINGER_S

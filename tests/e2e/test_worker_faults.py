@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import aio_pika
+import psycopg
 import pytest
 from aio_pika.abc import AbstractChannel
 from prometheus_client.parser import text_string_to_metric_families
@@ -203,6 +204,55 @@ async def test_a_channel_the_broker_closes_makes_the_worker_start_over(
 
 async def _answered(worker: LtmProcess, count: int) -> bool:
     return await _calls_answered(worker) >= count
+
+
+async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    services: TestServices,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    persona = await world.persona(await world.server())
+    memory_ids = await _memories(world, persona, 10)
+    locked, *free = _updates(persona, memory_ids, 1)
+    # An operator's session left open on one row: without a lock timeout the worker waited
+    # on it for good, and every call behind it with it.
+    holder = await psycopg.AsyncConnection.connect(settings.database_url)
+    try:
+        await holder.execute(
+            "SELECT 1 FROM server_memories WHERE server_memory_id = %s FOR UPDATE",
+            (memory_ids[0],),
+        )
+        async with (
+            tap_events(channel, topology.events_exchange) as tap,
+            tap_events(channel, topology.dead_letter_exchange) as dead,
+        ):
+            # Queued before the worker starts, so that they share its first transaction.
+            for call in (locked, *free):
+                await publish_tool_call(channel, topology, call)
+            with new_worker(
+                services,
+                tmp_path,
+                "worker",
+                LTM_DB_LOCK_TIMEOUT_S="0.5",
+                LTM_DB_RETRY_SECONDS="1",
+            ):
+                await tap.wait_until(
+                    functools.partial(_answered_once_each, calls=[locked, *free]),
+                    timeout=30,
+                    what="every call answered",
+                )
+                await dead.wait_for_delivery(message_id=str(locked.event_id))
+    finally:
+        await holder.close()
+    statuses = {r.tool_call_id: r.status for r in tap.events(ToolCallCompleted)}
+    assert statuses[locked.tool_call_id] is MemoryStatus.DB_ERROR
+    assert {statuses[call.tool_call_id] for call in free} == {MemoryStatus.UPDATED}
+    assert await world.content(memory_ids[0]) == "memory 0 v0"
+    for call, memory_id in zip(free, memory_ids[1:], strict=True):
+        assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]
 
 
 async def _lost(worker: LtmProcess) -> bool:

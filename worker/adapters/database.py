@@ -70,14 +70,21 @@ def psycopg_sql(statement: str | TextClause) -> str:
 _PSYCOPG: Final = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
 
-def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
-    """An engine whose pool bounds the worker's database concurrency."""
+def create_engine(url: str, *, pool_size: int, lock_timeout_s: float | None = None) -> AsyncEngine:
+    """An engine whose pool bounds the worker's database concurrency; with `lock_timeout_s`,
+    a statement waiting longer than that for a lock fails (`LockNotAvailable`)."""
+    options = (
+        {}
+        if lock_timeout_s is None
+        else {"options": f"-c lock_timeout={lock_timeout_s * 1000:.0f}"}
+    )
     return create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=0,
         pool_pre_ping=False,
         pool_recycle=1800,
+        connect_args=options,
     )
 
 
