@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
@@ -229,3 +230,28 @@ async def test_the_flushes_go_on_after_a_caller_was_cancelled() -> None:
     # No later submit comes along to start another flush: the one running must see to it.
     await asyncio.wait_for(later, 1)
     assert flushed.calls == [[1], [2]]
+
+
+_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
+
+
+async def test_batches_run_outside_the_context_of_the_call_that_started_them() -> None:
+    # The context carries a call's log bindings (its tool_call_id); a batch serves many calls.
+    seen: list[str] = []
+
+    async def run(calls: list[int]) -> list[int]:
+        seen.append(_CALLER.get())
+        return calls
+
+    batcher: CallBatcher[int, int] = CallBatcher(
+        run, max_batch=10, concurrency=1, shared_fault=lambda e: False
+    )
+
+    async def call_as(name: str, n: int) -> int:
+        _CALLER.set(name)
+        return await batcher.submit(name, n)
+
+    assert await asyncio.create_task(call_as("first", 1)) == 1
+    assert await asyncio.create_task(call_as("second", 2)) == 2
+    assert seen == ["none", "none"]
+    await batcher.close()
