@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -82,6 +83,11 @@ def _shared_by_the_batch(error: BaseException) -> bool:
     # A lock wait is one call's: the batch runs again one call at a time, and only the call
     # whose row is held fails (after its retries, `memory_update_failed_db_error`).
     return is_transient(error) and not waited_for_a_lock(error)
+
+
+def _retried(error: BaseException, calls: Sequence[ToolCallRequested]) -> bool:
+    """A batch retries only what it shares; a call alone, any transient fault."""
+    return is_transient(error) if len(calls) == 1 else _shared_by_the_batch(error)
 
 
 @dataclass
@@ -297,7 +303,7 @@ class Worker:
         try:
             return await self._transaction(calls, marks)
         except Exception as error:
-            if not is_transient(error):
+            if not _retried(error, calls):
                 raise
             self._count_retry(error, calls)
         return await self._retry(calls, marks, started)
@@ -332,7 +338,7 @@ class Worker:
             self._count_retry(outcome.exception() if outcome is not None else None, calls)
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(lambda error: _retried(error, calls)),
             stop=stop_after_delay(budget),
             wait=wait_exponential_jitter(max=1.0, jitter=0.1, multiplier=0.05),
             before_sleep=count_retry,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import uuid
 from pathlib import Path
 
@@ -238,7 +239,7 @@ async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
                 "worker",
                 LTM_DB_LOCK_TIMEOUT_S="0.5",
                 LTM_DB_RETRY_SECONDS="1",
-            ):
+            ) as worker:
                 await tap.wait_until(
                     functools.partial(_answered_once_each, calls=[locked, *free]),
                     timeout=30,
@@ -251,6 +252,13 @@ async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
     assert statuses[locked.tool_call_id] is MemoryStatus.DB_ERROR
     assert {statuses[call.tool_call_id] for call in free} == {MemoryStatus.UPDATED}
     assert await world.content(memory_ids[0]) == "memory 0 v0"
+    # The lock wait is retried by the held call alone, not first by the whole batch.
+    retried = [
+        entry["batch"]
+        for entry in map(json.loads, worker.output().splitlines())
+        if entry.get("event") == "transient database fault; retrying"
+    ]
+    assert retried and set(retried) == {1}
     for call, memory_id in zip(free, memory_ids[1:], strict=True):
         assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]
 
