@@ -23,6 +23,7 @@ from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
 from infra.topology import declare_topology
+from worker.adapters.broker import confirming_channel
 
 __all__ = [
     "RESULTS_BINDING",
@@ -83,10 +84,7 @@ class CallPublisher:
 
     @classmethod
     async def open(cls, connection: AbstractConnection, topology: Topology) -> CallPublisher:
-        channel = await connection.channel(publisher_confirms=True)
-        raw = await channel.get_underlay_channel()
-        assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
-        return cls(channel, raw, topology.tool_calls_exchange)
+        return cls(*await confirming_channel(connection), topology.tool_calls_exchange)
 
     async def publish(self, call: OutgoingCall) -> None:
         """Returns once the broker confirmed it; raises if it refused it."""

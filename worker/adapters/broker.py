@@ -31,6 +31,7 @@ __all__ = [
     "ERROR_HEADER",
     "FAILED_AT_HEADER",
     "EventPublisher",
+    "confirming_channel",
     "event_properties",
 ]
 
@@ -58,10 +59,7 @@ class EventPublisher:
     async def open(
         cls, connection: aio_pika.abc.AbstractConnection, topology: Topology
     ) -> EventPublisher:
-        channel = await connection.channel(publisher_confirms=True)
-        raw = await channel.get_underlay_channel()
-        assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
-        return cls(channel, raw, topology)
+        return cls(*await confirming_channel(connection), topology)
 
     async def publish_row(self, row: OutboxRow) -> None:
         """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
@@ -131,6 +129,17 @@ class EventPublisher:
                 raise
             # The connection was given up as stalled: a failed publish, as any lost connection.
             raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+
+
+async def confirming_channel(
+    connection: aio_pika.abc.AbstractConnection,
+) -> tuple[AbstractChannel, aiormq.Channel]:
+    """A channel with publisher confirms, and the aiormq channel under it to publish on: its
+    `basic_publish(wait=False)` does not hold the channel until the socket drains."""
+    channel = await connection.channel(publisher_confirms=True)
+    raw = await channel.get_underlay_channel()
+    assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
+    return channel, raw
 
 
 def event_properties(
