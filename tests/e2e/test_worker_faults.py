@@ -165,7 +165,9 @@ async def test_work_goes_on_after_the_broker_closes_every_connection(
                         rabbitmqctl, "close_all_connections", "-p", services.vhost, "chaos test"
                     )
             if calls is before:
-                await eventually(lambda: _lost(worker), what="the worker noticing")
+                await eventually(
+                    lambda: worker.logged("broker connection lost"), what="the worker noticing"
+                )
                 await worker.wait_ready_async(timeout=30)
     for call in before + after:
         assert len(await world.revisions_of_call(call.tool_call_id)) == 1
@@ -189,7 +191,11 @@ async def test_a_channel_the_broker_closes_makes_the_worker_start_over(
             # The first answer goes nowhere: the broker closes the publishing channel, and the
             # worker starts over on a new connection, declaring the exchange again.
             await publish_tool_call(channel, topology, first)
-            await eventually(lambda: _lost(worker), timeout=30, what="the worker starting over")
+            await eventually(
+                lambda: worker.logged("broker connection lost"),
+                timeout=30,
+                what="the worker starting over",
+            )
             await worker.wait_ready_async(timeout=30)
             async with tap_events(channel, topology.events_exchange) as tap:
                 await publish_tool_call(channel, topology, second)
@@ -261,10 +267,6 @@ async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
     assert retried and set(retried) == {1}
     for call, memory_id in zip(free, memory_ids[1:], strict=True):
         assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]
-
-
-async def _lost(worker: LtmProcess) -> bool:
-    return "broker connection lost" in worker.output()
 
 
 async def _calls_answered(worker: LtmProcess) -> float:

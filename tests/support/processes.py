@@ -107,6 +107,10 @@ class LtmProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    async def logged(self, text: str) -> bool:
+        """Whether the output holds `text` yet: a probe for `eventually`."""
+        return text in self.output()
+
     def kill(self) -> None:
         """SIGKILL: no cleanup, no drain, as a crash would."""
         if self.process is not None and self.process.poll() is None:
