@@ -173,11 +173,14 @@ class _Tail:
                 problem = ""
             except InvalidEnvelope as error:
                 event, problem = None, str(error)
+            occurred = _occurred_at(event, message)
             # An event of unknown time is printed, not taken for one that came after.
-            if began is not None and began < _occurred_at(event, message) < _UNKNOWN_TIME:
+            if began is not None and began < occurred < _UNKNOWN_TIME:
                 return
             seen_any = True
-            self._print(message, event, problem)
+            # A timestamp offset starts at the chunk holding that time: skip its earlier events.
+            if not (isinstance(self.origin, datetime) and occurred < self.origin):
+                self._print(message, event, problem)
             await message.ack()
 
     def _patience(self, seen_any: bool, holds_events: bool) -> float:
@@ -188,9 +191,6 @@ class _Tail:
         return max(self.idle_s, ATTACH_S)
 
     def _print(self, message: AbstractIncomingMessage, event: Event | None, problem: str) -> None:
-        # A timestamp offset starts at the chunk holding that time: drop its earlier events.
-        if isinstance(self.origin, datetime) and _occurred_at(event, message) < self.origin:
-            return
         if self.as_json:
             line = _json_line(message.body)
             if line is None:
