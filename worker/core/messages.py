@@ -15,6 +15,7 @@ __all__ = [
     "bot_target",
     "bridge_user_target",
     "content_has_nul",
+    "content_not_visible",
     "content_too_long",
     "database_unavailable",
     "disabled",
@@ -96,6 +97,13 @@ def content_has_nul() -> str:
     return (
         "memory_content contains a NUL character (\\u0000), which a memory cannot hold; "
         "call again with the text without it."
+    )
+
+
+def content_not_visible() -> str:
+    return (
+        "memory_content has no visible character, only invisible ones such as zero-width "
+        "spaces; call again with the memory's new text, or with an empty string to delete it."
     )
 
 

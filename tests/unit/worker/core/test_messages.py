@@ -21,6 +21,7 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
     ("disabled", messages.disabled),
     ("content_too_long", lambda: messages.content_too_long(length=1001, max_length=1000)),
     ("content_has_nul", messages.content_has_nul),
+    ("content_not_visible", messages.content_not_visible),
     ("ambiguous_user", lambda: messages.ambiguous_user(["Alex (@a1)", "Alex (@a2)", "Alexa"])),
     ("user_not_found", messages.user_not_found),
     ("bridge_user_target", lambda: messages.bridge_user_target(LABEL)),
