@@ -32,6 +32,7 @@ __all__ = [
     "not_found_server",
     "not_found_server_is_personal_memory",
     "privacy_restricted",
+    "tool_call_id_reused",
     "user_not_found",
     "user_not_stored",
 ]
@@ -39,6 +40,16 @@ __all__ = [
 
 def _quoted(labels: Sequence[str]) -> str:
     return ", ".join(f'"{label}"' for label in labels)
+
+
+# Before step 1: the idempotency record of the call's id.
+
+
+def tool_call_id_reused() -> str:
+    return (
+        "This tool call's id was already used for a different call, so nothing was changed; "
+        "make the call again as a new tool call."
+    )
 
 
 # Step 1: arguments.

@@ -30,6 +30,7 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
     ("not_current_member", lambda: messages.not_current_member(LABEL)),
     ("dm_other_user", lambda: messages.dm_other_user(LABEL)),
     ("privacy_restricted", lambda: messages.privacy_restricted(LABEL)),
+    ("tool_call_id_reused", messages.tool_call_id_reused),
     ("not_found_server", lambda: messages.not_found_server(24)),
     (
         "not_found_server_is_personal_memory",
