@@ -26,6 +26,8 @@ class ResultData(BaseModel):
     content_deleted: str | None = None
     target_user: str | None = None
     candidates: tuple[str, ...] | None = None
+    # Why a failure happened, where its status alone does not say (`tool_call_id_reused`).
+    reason: str | None = None
 
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: Any) -> dict[str, Any]:

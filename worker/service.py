@@ -35,6 +35,7 @@ from worker.core.decide import (
     success,
 )
 from worker.core.embed import build_embed
+from worker.core.idempotency import check_same_call
 from worker.core.model import (
     DirectoryMember,
     MemoryWrite,
@@ -55,13 +56,21 @@ __all__ = ["Processed", "answer", "process_tool_call", "process_tool_calls"]
 class Processed:
     """The result, and the outbox rows to publish once the transaction commits.
 
-    `replayed`: the call was answered before; `result` repeats that answer and is published
-    directly, since nothing was written for it.
+    `replayed`: the call was answered before; `result` repeats that answer.
+    `reused_id`: the call's id has the record of a different call; `result` refuses it.
+    Nothing is written for either, so their result is published directly: a redelivery
+    finds the same record and answers the same way.
     """
 
     result: ToolCallCompleted
     outbox: list[OutboxRow]
     replayed: bool = False
+    reused_id: bool = False
+
+    @property
+    def written(self) -> bool:
+        """Whether the transaction recorded the call, its result going out with its rows."""
+        return not (self.replayed or self.reused_id)
 
 
 def answer(
@@ -82,9 +91,16 @@ def answer(
     )
 
 
-def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallCompleted:
+def _answer_from_record(call: ToolCallRequested, stored: StoredResult) -> Processed:
+    """A call whose id has a record: the record's answer again, or, when the record is of a
+    different call, a refusal that leaves the record as it is."""
+    refused = check_same_call(call, recorded=stored.fingerprint)
+    if refused is not None:
+        # Answered to this call's own caller: the record's caller got its answer.
+        result = answer(call, refused.status, refused.message, refused.data)
+        return Processed(result=result, outbox=[], reused_id=True)
     # Routed as the original call was, so that a bot still waiting for it gets its answer.
-    return answer(call, stored.status, stored.message, stored.data).model_copy(
+    again = answer(call, stored.status, stored.message, stored.data).model_copy(
         update={
             "tool_name": stored.tool_name,
             "guild_id": stored.guild_id,
@@ -92,6 +108,7 @@ def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallComp
             "shard_id": stored.shard_id,
         }
     )
+    return Processed(result=again, outbox=[], replayed=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +152,8 @@ async def process_tool_calls(
     """Several calls in one transaction, each decided and answered on its own.
 
     Their tool_call_ids must be distinct. Calls run in order: a later call that changes the
-    same memory sees the earlier one's change, as it would in a transaction of its own.
+    same memory sees the earlier one's change, as it would in a transaction of its own. A call
+    whose id has a record is answered from it, or refused when the record is of another call.
     """
     claims = await tx.claim(calls)
     directories: dict[int, list[DirectoryMember]] = {}
@@ -191,9 +209,7 @@ async def process_tool_calls(
     offset = 0
     for position, (call, claim) in enumerate(zip(calls, claims, strict=True)):
         if claim.stored is not None:
-            processed.append(
-                Processed(result=_answer_again(call, claim.stored), outbox=[], replayed=True)
-            )
+            processed.append(_answer_from_record(call, claim.stored))
             continue
         count = counts[position]
         processed.append(Processed(results[position], rows[offset : offset + count]))

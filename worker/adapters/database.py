@@ -33,6 +33,7 @@ from worker.adapters.outbox import (
     outbox_rows,
 )
 from worker.adapters.revisions import REVISION_INSERT
+from worker.core.idempotency import call_fingerprint
 from worker.core.model import (
     DirectoryMember,
     MemoryWrite,
@@ -90,7 +91,8 @@ def create_engine(url: str, *, pool_size: int, lock_timeout_s: float | None = No
 
 @dataclass(frozen=True, slots=True)
 class StoredResult:
-    """The answer recorded for a tool call, and where its first answer went."""
+    """The answer recorded for a tool call, where its first answer went, and the fingerprint
+    of that call (None in records from before fingerprints)."""
 
     status: MemoryStatus
     message: str
@@ -99,6 +101,7 @@ class StoredResult:
     guild_id: str | None
     channel_id: str
     shard_id: int
+    fingerprint: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +113,19 @@ class Claim:
 
 
 # Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
-# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
+# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip
+# (and `_STORED_RESULTS`, a statement of its own, then reads what that one committed).
 _CLAIM: Final = psycopg_sql(
     """
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
             tool_call_id text, event_id uuid, tool_name text, guild_id text, channel_id text,
-            shard_id integer, server_disc_id text, persona_id integer
+            shard_id integer, server_disc_id text, persona_id integer, fingerprint text
         )
     ), claimed AS (
         INSERT INTO tool_call_inbox
-            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id)
-        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id
+            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint)
+        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint
         FROM input ORDER BY tool_call_id
         ON CONFLICT (tool_call_id) DO NOTHING
         RETURNING tool_call_id
@@ -141,7 +145,7 @@ _CLAIM: Final = psycopg_sql(
 
 _STORED_RESULTS: Final = psycopg_sql(
     """
-    SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id
+    SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id, fingerprint
     FROM tool_call_inbox WHERE tool_call_id = ANY(:tool_call_ids)
     """
 )
@@ -336,6 +340,7 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
                     "shard_id": call.context.shard_id,
                     "server_disc_id": call.context.server_disc_id,
                     "persona_id": call.context.persona_id,
+                    "fingerprint": call_fingerprint(call),
                 }
                 for call in calls
             ]
@@ -380,7 +385,8 @@ class ToolCallTransaction:
         return await self._cursor.fetchone()
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
-        """Writes the inbox rows first; calls answered before come back with their result.
+        """Writes the inbox rows first, with each call's fingerprint; calls whose id has a
+        record come back with it (the record's result and the fingerprint of its call).
 
         The tool_call_ids of `calls` are distinct.
         """
@@ -427,6 +433,7 @@ class ToolCallTransaction:
                 guild_id=row.guild_id,
                 channel_id=row.channel_id,
                 shard_id=row.shard_id,
+                fingerprint=row.fingerprint,
             )
         return found
 

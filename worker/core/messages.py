@@ -15,6 +15,7 @@ __all__ = [
     "bot_target",
     "bridge_user_target",
     "content_has_nul",
+    "content_not_visible",
     "content_too_long",
     "database_unavailable",
     "disabled",
@@ -31,6 +32,7 @@ __all__ = [
     "not_found_server",
     "not_found_server_is_personal_memory",
     "privacy_restricted",
+    "tool_call_id_reused",
     "user_not_found",
     "user_not_stored",
 ]
@@ -38,6 +40,16 @@ __all__ = [
 
 def _quoted(labels: Sequence[str]) -> str:
     return ", ".join(f'"{label}"' for label in labels)
+
+
+# Before step 1: the idempotency record of the call's id.
+
+
+def tool_call_id_reused() -> str:
+    return (
+        "This tool call's id was already used for a different call, so nothing was changed; "
+        "make the call again as a new tool call."
+    )
 
 
 # Step 1: arguments.
@@ -96,6 +108,13 @@ def content_has_nul() -> str:
     return (
         "memory_content contains a NUL character (\\u0000), which a memory cannot hold; "
         "call again with the text without it."
+    )
+
+
+def content_not_visible() -> str:
+    return (
+        "memory_content has no visible character, only invisible ones such as zero-width "
+        "spaces; call again with the memory's new text, or with an empty string to delete it."
     )
 
 

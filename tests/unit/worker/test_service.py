@@ -129,6 +129,9 @@ LONG = "x" * 1001
         (call(content=LONG), {}, MemoryStatus.INVALID_CONTENT),
         # The content comes before the target user.
         (call(content=LONG, target="nobody"), {}, MemoryStatus.INVALID_CONTENT),
+        # Blank deletes; text that shows nothing is no memory, and no delete either.
+        (call(content="\u200b", target="nobody"), {}, MemoryStatus.INVALID_CONTENT),
+        (call(content=" \u200b ", target="Private"), {}, MemoryStatus.INVALID_CONTENT),
         (call(target="alex"), {}, MemoryStatus.AMBIGUOUS_USER),
         (call(target="nobody"), {}, MemoryStatus.USER_NOT_FOUND),
         # Resolved, but never stored in `users`.

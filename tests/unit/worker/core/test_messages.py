@@ -21,6 +21,7 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
     ("disabled", messages.disabled),
     ("content_too_long", lambda: messages.content_too_long(length=1001, max_length=1000)),
     ("content_has_nul", messages.content_has_nul),
+    ("content_not_visible", messages.content_not_visible),
     ("ambiguous_user", lambda: messages.ambiguous_user(["Alex (@a1)", "Alex (@a2)", "Alexa"])),
     ("user_not_found", messages.user_not_found),
     ("bridge_user_target", lambda: messages.bridge_user_target(LABEL)),
@@ -29,6 +30,7 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
     ("not_current_member", lambda: messages.not_current_member(LABEL)),
     ("dm_other_user", lambda: messages.dm_other_user(LABEL)),
     ("privacy_restricted", lambda: messages.privacy_restricted(LABEL)),
+    ("tool_call_id_reused", messages.tool_call_id_reused),
     ("not_found_server", lambda: messages.not_found_server(24)),
     (
         "not_found_server_is_personal_memory",
