@@ -21,6 +21,7 @@ class MemoryStatus(StrEnum):
     INVALID_ARGS = "memory_update_failed_invalid_args"
     INVALID_CONTENT = "memory_update_failed_invalid_content"
     INTERNAL_ERROR = "memory_update_failed_internal_error"
+    FORBIDDEN = "memory_update_failed_forbidden"
 
     @property
     def success(self) -> bool:

@@ -30,6 +30,7 @@ from worker.core.decide import (
     check_personal_scope,
     check_server_state,
     check_target,
+    forbidden,
     not_found,
     plan_write,
     success,
@@ -38,6 +39,7 @@ from worker.core.embed import build_embed
 from worker.core.idempotency import check_same_call
 from worker.core.model import (
     DirectoryMember,
+    ForbiddenWrite,
     MemoryWrite,
     Rejection,
     ResolvedUser,
@@ -182,6 +184,8 @@ async def process_tool_calls(
             participants = [p.user_id for p in calls[position].context.participants]
             in_other_scope = await tx.in_other_scope(decision.write, participant_ids=participants)
             outcomes[position] = not_found(decision.write, in_other_scope=in_other_scope)
+        elif isinstance(memory, ForbiddenWrite):
+            outcomes[position] = forbidden(decision.write)
         else:
             outcomes[position] = _Committed(decision, memory)
 
@@ -258,7 +262,7 @@ async def _decide(
             return refused
         assert user is not None  # check_personal_scope refuses an unknown user
         owner = (target, user)
-    write = plan_write(arguments, content, state, owner)
+    write = plan_write(arguments, content, state, owner, context=context)
     return _Planned(write, state, directory, owner[1] if owner else None)
 
 

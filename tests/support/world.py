@@ -76,6 +76,7 @@ def tool_call(
     shard_id: int = 0,
     tool_call_id: str | None = None,
     persona_id: int | None = None,
+    triggerer_is_manager: bool = False,
 ) -> ToolCallRequested:
     return ToolCallRequested(
         tool_call_id=tool_call_id or f"call-{uuid.uuid4()}",
@@ -89,6 +90,7 @@ def tool_call(
             persona_id=persona.persona_id if persona_id is None else persona_id,
             shard_id=shard_id,
             participants=participants,
+            triggerer_is_manager=triggerer_is_manager,
         ),
     )
 
@@ -167,6 +169,16 @@ class World:
             ".self_teaching_enabled",
             server.server_id,
             enabled,
+        )
+
+    async def set_edit_policy(self, server: Server, policy: str) -> None:
+        """`server_configs.memory_edit_policy` of the server (`anyone`, `teacher_or_manager`)."""
+        await self.execute(
+            "INSERT INTO server_configs (server_id, memory_edit_policy) VALUES (%s, %s)"
+            " ON CONFLICT (server_id) DO UPDATE SET memory_edit_policy = EXCLUDED"
+            ".memory_edit_policy",
+            server.server_id,
+            policy,
         )
 
     def new_lineage(self) -> int:

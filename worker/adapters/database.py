@@ -36,6 +36,7 @@ from worker.adapters.revisions import REVISION_INSERT
 from worker.core.idempotency import call_fingerprint
 from worker.core.model import (
     DirectoryMember,
+    ForbiddenWrite,
     MemoryWrite,
     ServerState,
     StoredUser,
@@ -134,7 +135,8 @@ _CLAIM: Final = psycopg_sql(
            s.server_id, s.server_disc_id,
            p.persona_id, p.server_id AS persona_server_id, p.persona_lineage_id, p.nickname,
            coalesce(sc.self_teaching_enabled, true) AS self_teaching_enabled,
-           coalesce(sc.personal_memories_enabled, true) AS personal_memories_enabled
+           coalesce(sc.personal_memories_enabled, true) AS personal_memories_enabled,
+           coalesce(sc.memory_edit_policy, 'anyone') AS memory_edit_policy
     FROM input AS i
     LEFT JOIN claimed AS c ON c.tool_call_id = i.tool_call_id
     LEFT JOIN servers AS s ON s.server_disc_id = i.server_disc_id
@@ -176,31 +178,44 @@ _USER: Final = psycopg_sql(
 # batches), and a change of the same memory by another transaction makes the lock wait, then
 # read the committed content: every revision's `content_before` is the previous revision's
 # `content_after`. The memory ids of one statement are distinct (see `_waves`).
+# A write `only_own` changes its row only when the row's `user_id` (a server memory's teacher,
+# a personal memory's owner) is the actor's `users` row; a row matched but not changed comes
+# back with no revision, and a write that matched nothing does not come back.
 _APPLY: Final = psycopg_sql(
     f"""
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:writes AS json)) AS i(
             ord integer, scope text, memory_id bigint, server_id integer, lineage bigint,
-            owner_user_id integer, content text, actor text, tool_call_id text
+            owner_user_id integer, content text, actor text, tool_call_id text,
+            only_own boolean
         )
     ), server_targets AS (
-        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
+        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage,
+               m.user_id AS row_user_id
         FROM input AS i JOIN server_memories AS m
           ON i.scope = 'server_wide' AND m.server_memory_id = i.memory_id
          AND m.server_id = i.server_id AND m.persona_lineage_id = i.lineage
         ORDER BY m.server_memory_id
         FOR UPDATE OF m
     ), personal_targets AS (
-        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
+        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage,
+               m.user_id AS row_user_id
         FROM input AS i JOIN personal_memories AS m
           ON i.scope = 'target_user' AND m.personal_memory_id = i.memory_id
          AND m.user_id = i.owner_user_id AND m.persona_lineage_id IN (i.lineage, 0)
         ORDER BY m.personal_memory_id
         FOR UPDATE OF m
-    ), targets AS (
-        SELECT t.ord, t.content_before, t.row_lineage, i.scope, i.memory_id, i.content
+    ), matched AS (
+        SELECT t.ord, t.content_before, t.row_lineage, i.scope, i.memory_id, i.content,
+               CASE WHEN i.only_own THEN coalesce(
+                   t.row_user_id
+                   = (SELECT u.user_id FROM users AS u WHERE u.user_disc_id = i.actor),
+                   false
+               ) ELSE true END AS allowed
         FROM (SELECT * FROM server_targets UNION ALL SELECT * FROM personal_targets) AS t
         JOIN input AS i ON i.ord = t.ord
+    ), targets AS (
+        SELECT * FROM matched WHERE allowed
     ), server_updated AS (
         UPDATE server_memories AS m SET content = t.content, updated_at = now()
         FROM targets AS t
@@ -225,15 +240,22 @@ _APPLY: Final = psycopg_sql(
     ), changed AS (
         SELECT ord FROM server_updated UNION ALL SELECT ord FROM server_deleted
         UNION ALL SELECT ord FROM personal_updated UNION ALL SELECT ord FROM personal_deleted
+    ), revisions AS (
+        {REVISION_INSERT}
+        SELECT i.scope, i.memory_id,
+               CASE WHEN i.content IS NULL THEN 'deleted' ELSE 'updated' END,
+               t.content_before, i.content, i.server_id,
+               CASE WHEN i.scope = 'target_user' THEN i.owner_user_id END,
+               t.row_lineage, i.actor, i.tool_call_id, now()
+        FROM changed AS c JOIN input AS i ON i.ord = c.ord JOIN targets AS t ON t.ord = c.ord
+        ORDER BY i.ord
+        RETURNING revision_id, tool_call_id, content_before, persona_lineage_id
     )
-    {REVISION_INSERT}
-    SELECT i.scope, i.memory_id, CASE WHEN i.content IS NULL THEN 'deleted' ELSE 'updated' END,
-           t.content_before, i.content, i.server_id,
-           CASE WHEN i.scope = 'target_user' THEN i.owner_user_id END,
-           t.row_lineage, i.actor, i.tool_call_id, now()
-    FROM changed AS c JOIN input AS i ON i.ord = c.ord JOIN targets AS t ON t.ord = c.ord
-    ORDER BY i.ord
-    RETURNING revision_id, tool_call_id, content_before, persona_lineage_id
+    SELECT revision_id, tool_call_id, content_before, persona_lineage_id FROM revisions
+    UNION ALL
+    SELECT NULL, i.tool_call_id, NULL, NULL
+    FROM matched AS m JOIN input AS i ON i.ord = m.ord
+    WHERE NOT m.allowed
     """
 )
 
@@ -362,6 +384,7 @@ def apply_params(writes: Sequence[PlannedWrite], positions: Sequence[int]) -> di
                     "content": writes[position].write.content,
                     "actor": writes[position].actor,
                     "tool_call_id": writes[position].tool_call_id,
+                    "only_own": writes[position].write.only_own,
                 }
                 for position in positions
             ]
@@ -413,6 +436,7 @@ class ToolCallTransaction:
                     persona_nickname=row.nickname,
                     self_teaching_enabled=row.self_teaching_enabled,
                     personal_memories_enabled=row.personal_memories_enabled,
+                    memory_edit_policy=row.memory_edit_policy,
                 )
             claims.append(Claim(stored=None, state=state))
         return claims
@@ -462,13 +486,19 @@ class ToolCallTransaction:
             blacklisted_here=row.blacklisted_here,
         )
 
-    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
-        """The scoped writes and their revision rows; None where no memory matched."""
-        written: list[WrittenMemory | None] = [None] * len(writes)
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+        """The scoped writes and their revision rows; None where no memory matched, and
+        ForbiddenWrite where the edit policy kept the matched memory from the actor."""
+        written: list[WrittenMemory | ForbiddenWrite | None] = [None] * len(writes)
         for wave in _waves(writes):
             rows = await self._all(_APPLY, apply_params(writes, wave))
             position_of = {writes[position].tool_call_id: position for position in wave}
             for row in rows:
+                if row.revision_id is None:
+                    written[position_of[row.tool_call_id]] = ForbiddenWrite()
+                    continue
                 written[position_of[row.tool_call_id]] = WrittenMemory(
                     revision_id=row.revision_id,
                     content_before=row.content_before,

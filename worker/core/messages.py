@@ -20,6 +20,8 @@ __all__ = [
     "database_unavailable",
     "disabled",
     "dm_other_user",
+    "forbidden_personal",
+    "forbidden_server",
     "internal_error",
     "invalid_memory_content",
     "invalid_memory_id",
@@ -207,6 +209,20 @@ def not_found_personal_is_server_memory(memory_id: int, label: str) -> str:
     return (
         f'ID:{memory_id} is a server memory, not a personal memory about "{label}"; call '
         "again without target_user."
+    )
+
+
+def forbidden_server(memory_id: int) -> str:
+    return (
+        f"Server memory ID:{memory_id} can be changed only by the person who taught it or "
+        "someone who manages this server; leave it as it is, or ask one of them."
+    )
+
+
+def forbidden_personal(memory_id: int, label: str) -> str:
+    return (
+        f'Personal memory ID:{memory_id} about "{label}" can be changed only by "{label}" or '
+        "someone who manages this server; leave it as it is, or ask one of them."
     )
 
 

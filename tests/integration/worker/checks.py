@@ -63,6 +63,7 @@ class Scene:
         tool_call_id: str | None = None,
         persona_id: int | None = None,
         shard_id: int = SHARD,
+        triggerer_is_manager: bool = False,
     ) -> ToolCallRequested:
         """A call of the triggerer; the participants are the triggerer and those given."""
         return tool_call(
@@ -73,6 +74,7 @@ class Scene:
             tool_call_id=tool_call_id,
             persona_id=persona_id,
             shard_id=shard_id,
+            triggerer_is_manager=triggerer_is_manager,
         )
 
 

@@ -28,7 +28,7 @@ from worker.adapters.database import (
     PlannedWrite,
     ToolCallTransaction,
 )
-from worker.core.model import WrittenMemory
+from worker.core.model import ForbiddenWrite, WrittenMemory
 from worker.service import Processed
 
 Step = Literal["claim", "apply"]
@@ -47,7 +47,9 @@ class _RendezvousTransaction(ToolCallTransaction):
             await self._barrier.wait()
         return await super().claim(calls)
 
-    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
         if self._step == "apply":
             await self._barrier.wait()
         return await super().apply(writes)

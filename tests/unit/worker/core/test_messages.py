@@ -41,6 +41,8 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
         "not_found_personal_is_server_memory",
         lambda: messages.not_found_personal_is_server_memory(24, LABEL),
     ),
+    ("forbidden_server", lambda: messages.forbidden_server(24)),
+    ("forbidden_personal", lambda: messages.forbidden_personal(24, LABEL)),
     ("memory_updated", lambda: messages.memory_updated(24, None)),
     ("memory_updated", lambda: messages.memory_updated(24, LABEL)),
     ("memory_deleted", lambda: messages.memory_deleted(24, None)),
