@@ -1,15 +1,15 @@
 """Who may change whose memory: a per-server edit policy.
 
-Revision ID: 0004_edit_policy
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0004_edit_policy"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
