@@ -12,6 +12,9 @@ Two ways to run it:
   sender=DiscordSender(bot.rest))` and `gateway.attach(bot)`) starts it when the bot starts
   (its shards are the bot's), and stops it when the bot stops, before the bot's REST client
   closes; `gateway.tool_client` and `gateway.caches` are then the bot's.
+
+Either way `gateway.memories` (a `MemoryReader`) reads what a persona sees of its memories,
+for the LLM's context, kept in `gateway.caches` while the gateway consumes invalidations.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gateway.caches import CacheInvalidationConsumer, GatewayCaches, instance_na
 from gateway.console import ConsoleSender
 from gateway.delivery import EmbedSender
 from gateway.discord_sender import DiscordSender, RetryPolicy
+from gateway.memories import MemoryReader
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
 from infra.logs import get_logger
@@ -91,6 +95,7 @@ class Gateway:
         tool_timeout_s: float = 30.0,
         connection: AbstractRobustConnection | None = None,
         reconnect_interval_s: float | None = None,
+        memories: MemoryReader | None = None,
     ) -> None:
         """`shards`: those this process owns; None to decide at `start` (or from the bot).
 
@@ -98,6 +103,9 @@ class Gateway:
         its own (`aio_pika.connect_robust(settings.amqp_url)`), which comes back after a
         broker restart or a dropped connection every `reconnect_interval_s` (aio-pika's 5 s by
         default), declaring its queues and consumers again.
+
+        `memories`: a reader over `caches`; without one the gateway reads through a small
+        database pool of its own (`LTM_DATABASE_URL`), closed at `stop`.
         """
         self.settings = settings
         self.topology = Topology(settings.amqp_prefix)
@@ -106,6 +114,9 @@ class Gateway:
         self.shards: tuple[int, ...] = () if shards is None else tuple(sorted(set(shards)))
         self._check_shards(self.shards)
         self.caches: GatewayCaches[Any, Any] = caches or GatewayCaches.from_settings(settings)
+        self.memories = memories or MemoryReader.from_settings(
+            settings, self.caches, listening=lambda: self.is_running
+        )
         self.instance = instance or instance_name()
         self.prefetch = prefetch
         self.tool_timeout_s = tool_timeout_s
@@ -244,6 +255,7 @@ class Gateway:
         if self._owns_connection and self._connection is not None:
             await self._connection.close()
             self._connection = None
+        await self.memories.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
