@@ -115,7 +115,7 @@ class Gateway:
         self._check_shards(self.shards)
         self.caches: GatewayCaches[Any, Any] = caches or GatewayCaches.from_settings(settings)
         self.memories = memories or MemoryReader.from_settings(
-            settings, self.caches, listening=lambda: self.is_running
+            settings, self.caches, listening=lambda: self.receives_invalidations
         )
         self.instance = instance or instance_name()
         self.prefetch = prefetch
@@ -128,6 +128,7 @@ class Gateway:
         self._cache_consumer: CacheInvalidationConsumer | None = None
         self._channels: list[AbstractChannel] = []
         self._started = False
+        self._connected = False
 
     def _check_shards(self, shards: Iterable[int]) -> None:
         for shard_id in shards:
@@ -154,6 +155,12 @@ class Gateway:
     def is_running(self) -> bool:
         return self._started
 
+    @property
+    def receives_invalidations(self) -> bool:
+        """Whether every `cache.invalidate` published now reaches `caches`: while running and
+        connected (the cache queue goes with the connection)."""
+        return self._started and self._connected
+
     async def start(self, shards: Iterable[int] | None = None) -> None:
         """Connects, declares the topology, and consumes invalidations and the owned shards:
         those given before and `shards`.
@@ -173,6 +180,7 @@ class Gateway:
                 reconnect_interval=self.reconnect_interval_s,
             )
         try:
+            self._watch(self._connection)
             await self._open(self._connection, owned)
             await self.consume_shards(owned)
         except BaseException:
@@ -222,6 +230,28 @@ class Gateway:
             consume_channel, self.topology, sender=self.sender, results=self._tool_client
         )
 
+    def _watch(self, connection: AbstractRobustConnection) -> None:
+        self._connected = True
+        connection.close_callbacks.add(self._connection_lost)
+        connection.reconnect_callbacks.add(self._connection_back)
+
+    def _unwatch(self, connection: AbstractRobustConnection) -> None:
+        connection.close_callbacks.discard(self._connection_lost)
+        connection.reconnect_callbacks.discard(self._connection_back)
+        self._connected = False
+
+    def _connection_lost(self, *_: Any) -> None:
+        # Invalidations published from now until the queue is back never arrive here: what the
+        # caches hold may go stale, and nothing read meanwhile is kept.
+        self._connected = False
+        self.caches.clear()
+        log.warning("gateway.caches_cleared", instance=self.instance, reason="connection lost")
+
+    def _connection_back(self, *_: Any) -> None:
+        # Called once the channels, the cache queue and its consumer are restored.
+        self._connected = True
+        log.info("gateway.invalidations_resumed", instance=self.instance)
+
     async def consume_shards(self, shards: Iterable[int]) -> None:
         """Also consumes these shards (e.g. the bot's, once it knows them)."""
         wanted = tuple(sorted(set(shards)))
@@ -243,6 +273,8 @@ class Gateway:
 
     async def _close(self, grace_s: float) -> None:
         """Closes whatever `start` got to open: both a stop and a failed start end here."""
+        if self._connection is not None:
+            self._unwatch(self._connection)
         if self._tool_client is not None:
             self._tool_client.close()
         if self._cache_consumer is not None:

@@ -11,9 +11,10 @@ after a change, in every gateway process, loads them again. These entries are th
 a bot keeping state of its own keeps it elsewhere (`caches.add_listener` tells it when to
 drop it).
 
-A load is returned but not kept when an invalidation of its key overtook it (it may have read
-the rows before the change committed), and nothing is kept while the gateway does not consume
-invalidations (before `start`, after `stop`).
+A load is returned but not kept when an invalidation of its key, or a `clear` of the caches,
+overtook it (it may have read the rows before the change committed), and nothing is kept while
+invalidations do not arrive (before `start`, after `stop`, while the broker connection is
+down: the gateway clears the caches when it is lost).
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ class _PersonalMemories:
 
 @dataclass(slots=True)
 class _Load:
-    """A load in flight: whether invalidations reached the caches when it began, and the keys
-    whose invalidation arrived while it ran."""
+    """A load in flight: whether invalidations reached the caches when it began, the caches'
+    generation then, and the keys whose invalidation arrived while it ran."""
 
     listened_from_start: bool
+    generation: int
     overtaken: set[str] = field(default_factory=set)
 
 
@@ -147,7 +149,7 @@ class MemoryReader:
 
     @contextmanager
     def _loading(self, cache: CacheName, keys: Iterable[str]) -> Iterator[_Load]:
-        load = _Load(self._listening())
+        load = _Load(self._listening(), self._caches.generation)
         entries = [(cache, key) for key in keys]
         for entry in entries:
             self._loads.setdefault(entry, []).append(load)
@@ -165,4 +167,9 @@ class MemoryReader:
             load.overtaken.add(key)
 
     def _keeps(self, load: _Load, key: str) -> bool:
-        return load.listened_from_start and self._listening() and key not in load.overtaken
+        return (
+            load.listened_from_start
+            and self._listening()
+            and load.generation == self._caches.generation
+            and key not in load.overtaken
+        )

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aio_pika
 import pytest
 from aio_pika.abc import AbstractChannel
 
@@ -19,7 +20,9 @@ from contracts import (
 from gateway import GatewayCaches, MemoryReader
 from infra.settings import Settings
 from tests.integration.gateway.conftest import GatewayFactory, fresh_shard, publish, until
+from tests.support.amqp_proxy import AmqpProxy
 from tests.support.read_back import shape_memory
+from tests.support.waiting import eventually
 from tests.support.world import World, snowflake
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -180,3 +183,50 @@ async def test_a_running_gateway_reads_from_its_caches_until_an_invalidation(
     assert before.personal_lines(user_disc) == [f"ID:{personal} {{user}} plays the violin"]
     assert after.server_lines() == [f"ID:{server_memory} movie night is on Saturdays"]
     assert after.personal_lines(user_disc) == [f"ID:{personal} {{user}} plays the cello"]
+
+
+async def test_what_was_read_before_a_lost_broker_connection_is_read_again_once_it_is_back(
+    world: World,
+    settings: Settings,
+    start_gateway: GatewayFactory,
+    channel: AbstractChannel,
+    topology: Topology,
+) -> None:
+    # Invalidations published while a gateway's connection is down never reach it (its queue
+    # goes with the connection): what it kept from before may be stale.
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "movie night is on Fridays")
+    async with AmqpProxy(settings.amqp_url) as proxy:
+        connection = await aio_pika.connect_robust(proxy.url(heartbeat_s=1), reconnect_interval=0.2)
+        try:
+            async with start_gateway(shards=(fresh_shard(),), connection=connection) as gateway:
+                before = await gateway.memories.read(server.disc_id, persona.persona_id)
+                connections = proxy.connections
+                proxy.drop()
+                await world.execute(
+                    "UPDATE server_memories SET content = 'movie night is on Saturdays'"
+                    " WHERE server_memory_id = %s",
+                    memory_id,
+                )
+                await until(lambda: proxy.connections > connections, what="a new connection")
+                probe = CacheInvalidate(cache="user", key=snowflake())
+                heard: list[tuple[str, str]] = []
+                gateway.caches.add_listener(lambda cache, key: heard.append((cache, key)))
+
+                async def consuming_again() -> bool:
+                    await publish(channel, topology, probe, cache_routing_key("user", probe.key))
+                    return ("user", probe.key) in heard
+
+                await eventually(consuming_again, interval=0.2, what="invalidations consumed again")
+
+                async def read_again() -> list[str] | None:
+                    listing = await gateway.memories.read(server.disc_id, persona.persona_id)
+                    lines = listing.server_lines()
+                    return lines if lines != before.server_lines() else None
+
+                after = await eventually(read_again, timeout=10, what="the change read")
+        finally:
+            await connection.close()
+
+    assert after == [f"ID:{memory_id} movie night is on Saturdays"]

@@ -209,3 +209,31 @@ async def test_an_unknown_persona_or_server_is_refused_and_not_kept(
 
     assert source.server_loads == [GUILD, GUILD, "999", "999"]
     assert caches.persona_state.get("999") is None
+
+
+async def test_a_load_overtaken_by_a_clear_of_the_caches_is_not_kept(
+    source: FakeSource, caches: GatewayCaches[Any, Any]
+) -> None:
+    reader = MemoryReader(source, caches)
+    await reader.read(GUILD, PERSONA, [ALICE])
+    caches.invalidate("persona_state", GUILD)
+    # The connection was lost mid-load: invalidations may have been missed meanwhile.
+    source.during_load["server"] = caches.clear
+
+    await reader.read(GUILD, PERSONA, [ALICE])
+    await reader.read(GUILD, PERSONA, [ALICE])
+
+    assert source.server_loads == [GUILD, GUILD, GUILD]
+    assert source.personal_loads == [[ALICE], [ALICE]]  # its entry went with the clear
+
+
+def test_a_clear_empties_both_caches() -> None:
+    caches: GatewayCaches[str, str] = GatewayCaches(TTLCache(600), TTLCache(1800))
+    caches.persona_state.set(GUILD, "state")
+    caches.user.set(ALICE, "user")
+    generation = caches.generation
+
+    caches.clear()
+
+    assert caches.persona_state.get(GUILD) is None and caches.user.get(ALICE) is None
+    assert caches.generation == generation + 1
