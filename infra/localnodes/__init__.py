@@ -1,0 +1,1 @@
+"""Broker nodes and database instances of our own on this machine, started from Python."""
