@@ -17,10 +17,17 @@ from infra.localnodes.host import LocalNodeError, free_port, is_ours, kill_ours,
 def sleeper(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """A process whose command line names a folder, as our nodes' do."""
     marker = tmp_path / "node"
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(marker)])
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", marker],
+        stdout=subprocess.PIPE,
+    )
+    # Until it speaks, the child may still be a fork of this process, with its command line.
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"up\n"
     yield process, marker
     process.kill()
     process.wait()
+    process.stdout.close()
 
 
 def test_a_process_naming_our_folder_is_ours_and_is_killed(
