@@ -52,3 +52,16 @@ asyncapi: install
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# Three RabbitMQ nodes in one cluster and a PostgreSQL primary with a synchronous standby, all
+# of our own, under $(CLUSTER_DIR); prints the settings to export. The machine's own broker and
+# database are never touched. `make cluster-down` stops exactly what the folder records.
+CLUSTER_DIR ?= .cluster
+
+.PHONY: cluster cluster-down
+
+cluster: install
+	@$(BIN)/python -m infra.localnodes up --dir $(CLUSTER_DIR)
+
+cluster-down: install
+	@$(BIN)/python -m infra.localnodes down --dir $(CLUSTER_DIR)
