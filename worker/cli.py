@@ -9,13 +9,15 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiormq.exceptions
 import psycopg
 import sqlalchemy.exc
 from pydantic import TypeAdapter, ValidationError
 
 from contracts import DiscordId
 from infra.logs import configure_logging
-from infra.settings import Settings
+from infra.redaction import mask_passwords
+from infra.settings import Settings, SettingsError
 
 __all__ = ["main"]
 
@@ -110,14 +112,29 @@ def _run(coroutine: Coroutine[Any, Any, int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except (ValidationError, SettingsError) as error:
+        _say(args.command, error)
+        return 2
     configure_logging(settings.log_level, settings.log_format)
     try:
         return _dispatch(args, settings)
-    except (OSError, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
-        # A broker or database that does not answer, a file that is not there: one line.
-        print(f"ltm {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+    except (
+        OSError,
+        psycopg.OperationalError,
+        sqlalchemy.exc.OperationalError,
+        aiormq.exceptions.ChannelAccessRefused,
+    ) as error:
+        # A broker or database that does not answer or refuses this account, a file that is
+        # not there: one line.
+        _say(args.command, error)
         return 1
+
+
+def _say(command: str, error: BaseException) -> None:
+    text = " ".join(str(error).split())  # one line, whatever the library put in
+    print(mask_passwords(f"ltm {command}: {type(error).__name__}: {text}"), file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:

@@ -42,6 +42,7 @@ from contracts import (
 )
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
+from infra.redaction import mask_passwords
 from infra.settings import Settings
 from infra.topology import SUPPORTED_TOOLS, declare_topology
 from worker import failpoints
@@ -140,7 +141,12 @@ class Worker:
                         client_properties={"connection_name": "ltm-worker"},
                     )
                 except (OSError, aiormq.exceptions.AMQPError) as error:
-                    log.warning("broker unreachable", error=str(error), retry_in_s=backoff)
+                    log.warning(
+                        "broker unreachable",
+                        url=mask_passwords(self.settings.amqp_url),
+                        error=str(error),
+                        retry_in_s=backoff,
+                    )
                     await self._pause(backoff)
                     backoff = min(backoff * 2, _RECONNECT_MAX_S)
                     continue
