@@ -76,7 +76,10 @@ async def run_worker(settings: Settings) -> int:
     metrics_runner = None
     if settings.metrics_port:
         metrics_runner = await serve_metrics(
-            worker.metrics, settings.metrics_port, ready=lambda: worker.ready
+            worker.metrics,
+            settings.metrics_port,
+            ready=lambda: worker.ready,
+            host=settings.metrics_host,
         )
     _stop_on_signals(worker)
     # What is alive now lives as long as the process: the collector need not walk it again.

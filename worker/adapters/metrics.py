@@ -66,9 +66,11 @@ class WorkerMetrics:
 
 
 async def serve_metrics(
-    metrics: WorkerMetrics, port: int, *, ready: Callable[[], bool], host: str = "0.0.0.0"
+    metrics: WorkerMetrics, port: int, *, ready: Callable[[], bool], host: str = "127.0.0.1"
 ) -> web.AppRunner:
-    """Starts the endpoints; the caller cleans the runner up. Port 0 picks a free port."""
+    """Starts the endpoints; the caller cleans the runner up. Port 0 picks a free port.
+
+    `host`: loopback unless the deployment says otherwise (`LTM_METRICS_HOST`)."""
 
     async def metrics_page(_: web.Request) -> web.Response:
         return web.Response(
