@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Final
 
 import aio_pika
 import aiormq
@@ -23,6 +22,7 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
+from contracts.dead_letters import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 from infra.cancellation import being_cancelled
 from worker.adapters.outbox import OutboxRow
 
@@ -35,9 +35,6 @@ __all__ = [
     "event_properties",
 ]
 
-ERROR_HEADER: Final = "x-ltm-error"
-FAILED_AT_HEADER: Final = "x-ltm-failed-at"
-ATTEMPTS_HEADER: Final = "x-ltm-attempts"
 _MAX_REASON = 1000
 
 
