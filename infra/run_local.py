@@ -10,15 +10,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
 
 from infra.settings import Settings
 
-__all__ = ["main"]
+__all__ = ["Supervisor", "main"]
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.sql"
+_POLL_S = 0.2
 
 
 def load_demo(settings: Settings) -> None:
@@ -26,35 +28,47 @@ def load_demo(settings: Settings) -> None:
         connection.execute(DEMO.read_text())
 
 
+class Supervisor:
+    """Child processes that stop together: `stop` ends them all, and so does one failing."""
+
+    def __init__(self, children: Sequence[subprocess.Popen[bytes]]) -> None:
+        self.children = list(children)
+
+    def stop(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    def wait(self) -> int:
+        """Until every child has exited; their worst exit code."""
+        while any(child.poll() is None for child in self.children):
+            time.sleep(_POLL_S)
+            # One child gone on its own means the demo is broken: stop the other too.
+            if any(child.poll() not in (None, 0) for child in self.children):
+                self.stop()
+        codes = [child.wait() for child in self.children]
+        return max(codes, key=abs)
+
+
 def main() -> int:
     settings = Settings()
     load_demo(settings)
     ltm = [sys.executable, "-m", "worker.cli"]
-    children = [
-        subprocess.Popen([*ltm, "worker"]),
-        subprocess.Popen([*ltm, "gateway", "--shards", "0", "--shard-count", "1"]),
-    ]
+    supervisor = Supervisor(
+        [
+            subprocess.Popen([*ltm, "worker"]),
+            subprocess.Popen([*ltm, "gateway", "--shards", "0", "--shard-count", "1"]),
+        ]
+    )
     print(
         "\nworker and console gateway running; in another terminal try:\n"
         "  .venv/bin/ltm call --json examples/first_call.json\n"
         "Ctrl-C stops both.\n",
         file=sys.stderr,
     )
-
-    def stop(signum: int, _frame: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    while any(child.poll() is None for child in children):
-        time.sleep(0.2)
-        # One child gone on its own means the demo is broken: stop the other too.
-        if any(child.poll() not in (None, 0) for child in children):
-            stop(signal.SIGTERM, None)
-    codes = [child.wait() for child in children]
-    return max(codes, key=abs)
+    signal.signal(signal.SIGINT, lambda _signum, _frame: supervisor.stop())
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: supervisor.stop())
+    return supervisor.wait()
 
 
 if __name__ == "__main__":
