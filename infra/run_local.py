@@ -31,6 +31,7 @@ log = get_logger("ltm.run_local")
 
 
 def load_demo(settings: Settings) -> None:
+    """Puts the demo server back as the README shows it (examples/demo.sql says what it resets)."""
     with psycopg.connect(settings.database_url, autocommit=True) as connection:
         connection.execute(DEMO.read_text())
 
@@ -92,6 +93,9 @@ def main() -> int:
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
     load_demo(settings)
+    print(
+        "demo data reset: memories ID:24 and ID:25 as examples/demo.sql has them", file=sys.stderr
+    )
     ltm = [sys.executable, "-m", "worker.cli"]
     supervisor = Supervisor(
         [
