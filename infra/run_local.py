@@ -46,33 +46,34 @@ class Supervisor:
     def __init__(self, children: Sequence[subprocess.Popen[bytes]], *, grace_s: float) -> None:
         self.children = list(children)
         self.grace_s = grace_s
-        self._stop_requested = False
         self._kill_at: float | None = None  # set when the SIGTERMs went out
         self._killed = False
 
     def stop(self) -> None:
-        """Only notes the request (the polling loop acts on it): safe in a signal handler."""
-        self._stop_requested = True
+        """One SIGTERM to each child still running, the first time only.
+
+        Called from the signal handler, so that the SIGTERM follows a Ctrl-C at once: the
+        children got the SIGINT too, and one that had already stopped on it and dropped its
+        handlers would die of a SIGTERM sent later by the polling loop.
+        """
+        if self._kill_at is not None:
+            return
+        self._kill_at = time.monotonic() + self.grace_s
+        for child in self.children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
 
     def wait(self) -> int:
         """Until every child has exited; their worst exit code."""
         while any(child.poll() is None for child in self.children):
             # One child gone on its own with an error means the demo is broken: stop the rest.
             if any(child.poll() not in (None, 0) for child in self.children):
-                self._stop_requested = True
-            if self._stop_requested and self._kill_at is None:
-                self._terminate()
-            elif self._kill_at is not None and time.monotonic() >= self._kill_at:
+                self.stop()
+            if self._kill_at is not None and time.monotonic() >= self._kill_at:
                 self._kill()
             time.sleep(_POLL_S)
         codes = [child.wait() for child in self.children]
         return max(codes, key=abs)
-
-    def _terminate(self) -> None:
-        self._kill_at = time.monotonic() + self.grace_s
-        for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
 
     def _kill(self) -> None:
         if self._killed:
