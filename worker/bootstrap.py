@@ -48,8 +48,8 @@ def _stop_on_signals(worker: Worker) -> None:
     def stop() -> None:
         if worker.stopping:  # Ctrl-C reaches every process of the group, then a SIGTERM
             return
+        worker.stop()  # before the log line: a stop must not depend on the output
         log.info("stopping: draining in-flight calls")
-        worker.stop()
 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -125,10 +125,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
     match args.command:
         case "migrate":
-            from infra.database import migrate
+            from infra.database import database_name, migrate
 
-            migrate(settings.database_url)
-            print("database schema is up to date")
+            name = database_name(settings.database_url)
+            created = migrate(settings.database_url)
+            found = f"created database {name}" if created else f"database {name} exists"
+            print(f"{found}; its schema is up to date")
             return 0
         case "topology":
             return _run(bootstrap.declare_topology(settings))
