@@ -5,6 +5,7 @@ from contracts.cache import CacheInvalidate, CacheName
 from contracts.codec import (
     CONTENT_TYPE,
     EVENT_TYPES,
+    REPLAYED_HEADER,
     InvalidEnvelope,
     amqp_properties,
     decode_event,
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DELETE_COLOR",
     "EVENT_TYPES",
+    "REPLAYED_HEADER",
     "SCHEMA_VERSION",
     "TOOL_DESCRIPTION",
     "TOOL_PARAMETERS",

@@ -369,7 +369,7 @@ class Worker:
             failpoints.reach("after_commit")
         if processed.replayed:
             await publisher.publish_event(
-                result, result_routing_key(result.shard_id), self._reply_ttl_ms
+                result, result_routing_key(result.shard_id), self._reply_ttl_ms, replayed=True
             )
         else:
             await publisher.publish_rows(processed.outbox)
