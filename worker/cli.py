@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import textwrap
 from collections.abc import Coroutine, Sequence
@@ -29,6 +30,7 @@ exit codes:
   {ExitCode.FAILED:<3}  failed or refused, or a tool call answered success: false
   {ExitCode.USAGE:<3}  usage error: bad arguments, or a file that is not a tool call
   {ExitCode.NOT_FOUND:<3}  not found: the memory, revision or dead letter named does not exist
+  {ExitCode.OUTPUT_CLOSED:<3}  the output was closed before the end (| head)
 
 Settings come from the environment (LTM_DATABASE_URL, LTM_AMQP_URL, LTM_AMQP_PREFIX, ...).
 `ltm COMMAND --help` describes each command."""
@@ -266,11 +268,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
     try:
-        return _dispatch(args, settings)
+        code = _dispatch(args, settings)
+        # Now, while a closed output can still be told apart: at exit it would be a traceback.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _output_closed()
     except (OSError, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
         # A broker or database that does not answer: one line.
         print(f"ltm {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
         return ExitCode.FAILED
+    return code
+
+
+def _output_closed() -> int:
+    """The reader went away (`ltm … | head`): end quietly, as a command killed by SIGPIPE.
+
+    Both outputs point at /dev/null from now on: what is still buffered, and any last log
+    line, must not meet the broken pipe again while the interpreter exits.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # not a real file (a test's capture): nothing to redirect
+            continue
+    os.close(devnull)
+    return ExitCode.OUTPUT_CLOSED
 
 
 def _read_call(args: argparse.Namespace) -> bytes:

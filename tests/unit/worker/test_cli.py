@@ -55,7 +55,7 @@ def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert ended.value.code == 0
     out = capsys.readouterr().out
-    for code in ("0", "1", "2", "3"):
+    for code in ("0", "1", "2", "3", "141"):
         assert f"\n  {code} " in out
 
 
