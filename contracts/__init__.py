@@ -44,6 +44,7 @@ from contracts.topology import (
     dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_of_routing_key,
     shard_queue_arguments,
     worker_queue_arguments,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "is_matrix_id",
     "openai_tool",
     "result_routing_key",
+    "shard_of_routing_key",
     "shard_queue_arguments",
     "utc_now",
     "worker_queue_arguments",

@@ -39,16 +39,17 @@ from contracts import (
     Topology,
     decode_tool_call,
     result_routing_key,
+    shard_of_routing_key,
 )
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import SUPPORTED_TOOLS, declare_topology
 from worker import failpoints
-from worker.adapters.broker import EventPublisher
+from worker.adapters.broker import EventPublisher, ShardQueues
 from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
-from worker.adapters.outbox import OutboxStore
+from worker.adapters.outbox import OutboxRow, OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
 from worker.core import messages
 from worker.service import Processed, answer, process_tool_calls
@@ -100,6 +101,7 @@ class Worker:
     def __post_init__(self) -> None:
         self.topology = Topology(self.settings.amqp_prefix)
         self._publisher: EventPublisher | None = None
+        self._shard_queues: ShardQueues | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
         self.metrics.in_flight.set_function(lambda: len(self._in_flight))
         self._consuming = False
@@ -165,6 +167,9 @@ class Worker:
                 await declare_topology(setup, self.topology)
                 await setup.close()
                 self._publisher = await EventPublisher.open(connection, self.topology)
+                self._shard_queues = ShardQueues(
+                    connection, self.topology, shard_count=self.settings.shard_count
+                )
                 channel = await connection.channel()
                 # `closed()` only resolves on our own close; a broker-side close runs callbacks.
                 # A channel the broker closes alone (an exchange deleted, an ack refused) would
@@ -362,11 +367,12 @@ class Worker:
         self, message: DeliveredMessage, call: ToolCallRequested, processed: Processed
     ) -> None:
         """Publishes what committed, marks it, then acks; a failure leaves it to redelivery."""
-        publisher = self._publisher
-        assert publisher is not None
+        publisher, shard_queues = self._publisher, self._shard_queues
+        assert publisher is not None and shard_queues is not None
         result = processed.result
         if not processed.replayed:
             failpoints.reach("after_commit")
+        await shard_queues.ensure(result.shard_id)
         if processed.replayed:
             await publisher.publish_event(
                 result, result_routing_key(result.shard_id), self._reply_ttl_ms
@@ -391,14 +397,15 @@ class Worker:
 
     async def _answer_unrecorded(self, call: ToolCallRequested, status: MemoryStatus) -> None:
         """A result the database could not hold: sent directly, so the bot is not left waiting."""
-        publisher = self._publisher
-        assert publisher is not None
+        publisher, shard_queues = self._publisher, self._shard_queues
+        assert publisher is not None and shard_queues is not None
         message = (
             messages.database_unavailable()
             if status is MemoryStatus.DB_ERROR
             else messages.internal_error()
         )
         result = answer(call, status, message, ResultData())
+        await shard_queues.ensure(result.shard_id)
         await publisher.publish_event(
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
         )
@@ -432,8 +439,8 @@ class Worker:
 
     async def _sweep(self, *, min_age_s: float) -> int:
         """Publishes rows a crash or a lost broker left behind; returns how many it handled."""
-        publisher = self._publisher
-        if publisher is None or publisher.channel.is_closed:
+        publisher, shard_queues = self._publisher, self._shard_queues
+        if publisher is None or shard_queues is None or publisher.channel.is_closed:
             return 0
         handled = 0
         while True:
@@ -445,6 +452,7 @@ class Worker:
                     return handled
                 # An expired reply is stale news for the shard; it is dropped, not sent.
                 live = [row for row in rows if row.ttl_ms is None or row.ttl_ms > 0]
+                await _declare_shards_of(live, shard_queues)
                 await publisher.publish_rows(live)
                 await self.outbox.mark_published_in(connection, [row.event_id for row in rows])
             handled += len(rows)
@@ -456,6 +464,16 @@ class Worker:
             await self._sweep(min_age_s=0)
         except Exception as error:
             log.warning("could not flush the outbox at shutdown", error=repr(error))
+
+
+async def _declare_shards_of(rows: Sequence[OutboxRow], shard_queues: ShardQueues) -> None:
+    """The queues of the shards these rows go to: after a restart, the sweep may be the first
+    to send replies to a shard."""
+    for row in rows:
+        shard_id = shard_of_routing_key(row.routing_key)
+        if shard_id is not None:
+            with structlog.contextvars.bound_contextvars(tool_call_id=row.correlation_id):
+                await shard_queues.ensure(shard_id)
 
 
 async def _settle(message: DeliveredMessage, *, requeue: bool | None = None) -> None:

@@ -1,4 +1,5 @@
-"""RabbitMQ: publishing events with confirms, and dead-lettering with a reason.
+"""RabbitMQ: publishing events with confirms, dead-lettering with a reason, and declaring the
+queue of a shard before its first reply.
 
 Every publish here waits for the broker's confirm; callers run publishes concurrently, so
 that many confirms are outstanding at once instead of one round trip at a time.
@@ -24,6 +25,8 @@ from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
 from infra.cancellation import being_cancelled
+from infra.logs import get_logger
+from infra.topology import declare_shard_queue
 from worker.adapters.outbox import OutboxRow
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "ERROR_HEADER",
     "FAILED_AT_HEADER",
     "EventPublisher",
+    "ShardQueues",
     "confirming_channel",
     "event_properties",
 ]
@@ -39,6 +43,8 @@ ERROR_HEADER: Final = "x-ltm-error"
 FAILED_AT_HEADER: Final = "x-ltm-failed-at"
 ATTEMPTS_HEADER: Final = "x-ltm-attempts"
 _MAX_REASON = 1000
+
+log = get_logger("ltm.worker")
 
 
 class EventPublisher:
@@ -129,6 +135,64 @@ class EventPublisher:
                 raise
             # The connection was given up as stalled: a failed publish, as any lost connection.
             raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+
+
+class ShardQueues:
+    """Declares a shard's queue the first time this connection sends it a reply.
+
+    `ltm topology` declares shards 0..LTM_SHARD_COUNT-1 only: the replies of any other shard
+    would match no binding and be dropped by the broker. Declared, they wait in its queue
+    (for their TTL) until a gateway takes the shard. One instance per connection, so that a
+    queue deleted meanwhile is declared again after a reconnect.
+    """
+
+    def __init__(
+        self, connection: aio_pika.abc.AbstractConnection, topology: Topology, *, shard_count: int
+    ) -> None:
+        self._connection = connection
+        self._topology = topology
+        self._shard_count = shard_count
+        self._declared: set[int] = set()
+        # Declarations are rare (once per shard); one at a time keeps them simple.
+        self._lock = asyncio.Lock()
+        self._channel: AbstractChannel | None = None
+
+    async def ensure(self, shard_id: int) -> None:
+        """Returns once the shard's queue is declared; at once when it was already."""
+        if shard_id in self._declared:
+            return
+        async with self._lock:
+            if shard_id not in self._declared:
+                await self._declare(shard_id)
+                self._declared.add(shard_id)
+
+    async def _declare(self, shard_id: int) -> None:
+        queue = self._topology.shard_queue(shard_id)
+        # A channel of its own: a refused declaration closes it, not the publisher's channel.
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await self._connection.channel()
+        try:
+            await declare_shard_queue(self._channel, self._topology, shard_id)
+        except aiormq.exceptions.ChannelClosed as error:
+            # Declared otherwise by someone else (other arguments), or not ours to declare:
+            # the replies go where the broker's bindings send them, as they would have.
+            log.warning(
+                "could not declare the queue of a shard",
+                queue=queue,
+                shard_id=shard_id,
+                error=repr(error),
+            )
+            return
+        if shard_id >= self._shard_count:
+            log.warning(
+                "replies for a shard beyond LTM_SHARD_COUNT: its queue is declared, and they "
+                "wait there for a gateway",
+                queue=queue,
+                shard_id=shard_id,
+                shard_count=self._shard_count,
+            )
+        else:
+            log.info("shard queue declared", queue=queue, shard_id=shard_id)
 
 
 async def confirming_channel(
