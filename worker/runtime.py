@@ -46,7 +46,7 @@ from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import SUPPORTED_TOOLS, declare_topology
 from worker import failpoints
-from worker.adapters.broker import EventPublisher, ShardQueues
+from worker.adapters.broker import EventPublisher, ShardQueues, dead_letter_ids
 from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxRow, OutboxStore
@@ -253,14 +253,14 @@ class Worker:
         except InvalidEnvelope as error:
             await self._dead_letter(message, f"invalid envelope: {error}", cause="invalid_envelope")
             return
+        # Bound until the delivery's task ends (each has a context of its own), so that the
+        # caller's lines about this call carry its id too.
+        structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
         if call.tool_name not in SUPPORTED_TOOLS:
             await self._dead_letter(
                 message, f"unsupported tool {call.tool_name!r}", cause="unsupported_tool"
             )
             return
-        # Bound until the delivery's task ends (each has a context of its own), so that the
-        # caller's lines about this call carry its id too.
-        structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
         try:
             processed = await self._batcher.submit(call.tool_call_id, call)
         except Exception as error:
@@ -414,8 +414,16 @@ class Worker:
     async def _dead_letter(self, message: DeliveredMessage, reason: str, *, cause: str) -> None:
         publisher = self._publisher
         assert publisher is not None
-        log.warning("dead-lettering", reason=reason, routing_key=message.routing_key)
-        await publisher.dead_letter(message, reason)
+        # The ids the copy carries (`ltm dlq list` shows them), not only those that came.
+        ids = dead_letter_ids(message)
+        log.warning(
+            "dead-lettering",
+            reason=reason,
+            routing_key=message.routing_key,
+            event_id=ids.event_id,
+            tool_call_id=ids.tool_call_id,
+        )
+        await publisher.dead_letter(message, reason, event_id=ids.event_id)
         await _settle(message)
         self.metrics.dead_lettered.labels(cause).inc()
 

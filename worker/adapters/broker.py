@@ -13,12 +13,15 @@ Here the lock covers only queueing the frames; the confirm is still awaited.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
 import aio_pika
 import aiormq
+import orjson
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
@@ -33,9 +36,11 @@ __all__ = [
     "ATTEMPTS_HEADER",
     "ERROR_HEADER",
     "FAILED_AT_HEADER",
+    "DeadLetterIds",
     "EventPublisher",
     "ShardQueues",
     "confirming_channel",
+    "dead_letter_ids",
     "event_properties",
 ]
 
@@ -89,9 +94,10 @@ class EventPublisher:
             event_properties(str(event.event_id), event.event_type, event.correlation_id, ttl_ms),
         )
 
-    async def dead_letter(self, message: DeliveredMessage, reason: str) -> None:
+    async def dead_letter(self, message: DeliveredMessage, reason: str, *, event_id: str) -> None:
         """Republishes the delivery as it came, with why and when, to the dead-letter exchange.
 
+        `event_id` becomes its message_id (`dead_letter_ids`): the one the caller logs.
         The caller acks the delivery after this returns: the copy is confirmed by then.
         """
         came = message.header.properties
@@ -110,7 +116,7 @@ class EventPublisher:
             priority=came.priority,
             correlation_id=came.correlation_id,
             reply_to=came.reply_to,
-            message_id=came.message_id,
+            message_id=event_id,
             timestamp=came.timestamp,
             message_type=came.message_type,
             user_id=came.user_id,
@@ -135,6 +141,41 @@ class EventPublisher:
                 raise
             # The connection was given up as stalled: a failed publish, as any lost connection.
             raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterIds:
+    """What names a dead-lettered delivery, in its copy and in the log line about it."""
+
+    event_id: str
+    tool_call_id: str | None
+
+
+def dead_letter_ids(message: DeliveredMessage) -> DeadLetterIds:
+    """The delivery's message_id, else the body's `event_id`, else a new one; its
+    correlation_id, else the body's `tool_call_id`. The body is read leniently: a message
+    dead-lettered for being no valid envelope often still says which call it was. (Without
+    an id of ours, aiormq would make one up on publishing, which no log line would show.)
+    """
+    properties = message.header.properties
+    event_id, tool_call_id = properties.message_id, properties.correlation_id
+    if not (event_id and tool_call_id):
+        body = _json_object(message.body)
+        event_id = event_id or _text(body.get("event_id"))
+        tool_call_id = tool_call_id or _text(body.get("tool_call_id"))
+    return DeadLetterIds(event_id or str(uuid.uuid4()), tool_call_id)
+
+
+def _json_object(body: bytes) -> dict[str, object]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class ShardQueues:
