@@ -38,17 +38,20 @@ CALL_SHARD = 5_005
 SWEPT_SHARD = 5_006
 
 
+# Plain channels, not robust ones: a robust channel answers a passive declare it made before
+# from memory (a stale message count), and reopens a channel the broker closed.
+
+
 @pytest.fixture
 async def probe(amqp: AbstractRobustConnection) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
-    """A plain channel of its own: a passive declare of a missing queue closes it."""
-    channel = await amqp.channel()
+    channel = await aio_pika.Channel(amqp)
     yield channel
     if not channel.is_closed:
         await channel.close()
 
 
 async def _exists(amqp: AbstractRobustConnection, queue: str) -> bool:
-    # Not robust: a channel the broker closed must stay closed, not come back by itself.
+    """A channel of its own: a passive declare of a missing queue closes it."""
     channel = await aio_pika.Channel(amqp)
     try:
         await channel.declare_queue(queue, passive=True)

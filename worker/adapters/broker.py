@@ -213,7 +213,10 @@ class ShardQueues:
         if self._channel is None or self._channel.is_closed:
             self._channel = await self._connection.channel()
         try:
-            await declare_shard_queue(self._channel, self._topology, shard_id)
+            # The exchange as the connection's start declared it, not declared again: one
+            # deleted meanwhile must fail the publish and make the worker start over.
+            events = await self._channel.get_exchange(self._topology.events_exchange, ensure=False)
+            await declare_shard_queue(self._channel, self._topology, shard_id, events=events)
         except aiormq.exceptions.ChannelClosed as error:
             # Declared otherwise by someone else (other arguments), or not ours to declare:
             # the replies go where the broker's bindings send them, as they would have.
