@@ -229,12 +229,12 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
-        started = time.perf_counter()
+        delivered_at = time.perf_counter()
         try:
             event_id = message.header.properties.message_id
             with structlog.contextvars.bound_contextvars(event_id=event_id):
                 try:
-                    await self._handle(message)
+                    await self._handle(message, delivered_at)
                 except Exception as error:
                     # The answer, or the dead-letter copy, was not published (a connection
                     # lost, a publish refused): the call goes back and comes again. What
@@ -244,21 +244,29 @@ class Worker:
                     with contextlib.suppress(Exception):
                         await _settle(message, requeue=True)
         finally:
-            self.metrics.latency.observe(time.perf_counter() - started)
             self._in_flight.discard(task)
 
-    async def _handle(self, message: DeliveredMessage) -> None:
+    async def _handle(self, message: DeliveredMessage, delivered_at: float) -> None:
+        """`delivered_at`: `time.perf_counter()` when the delivery came, for the latencies."""
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:
-            await self._dead_letter(message, f"invalid envelope: {error}", cause="invalid_envelope")
+            await self._dead_letter(
+                message,
+                f"invalid envelope: {error}",
+                cause="invalid_envelope",
+                delivered_at=delivered_at,
+            )
             return
         # Bound until the delivery's task ends (each has a context of its own), so that the
         # caller's lines about this call carry its id too.
         structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
         if call.tool_name not in SUPPORTED_TOOLS:
             await self._dead_letter(
-                message, f"unsupported tool {call.tool_name!r}", cause="unsupported_tool"
+                message,
+                f"unsupported tool {call.tool_name!r}",
+                cause="unsupported_tool",
+                delivered_at=delivered_at,
             )
             return
         try:
@@ -278,10 +286,10 @@ class Worker:
                     f"internal error: {error!r}",
                     "internal_error",
                 )
-            await self._answer_unrecorded(call, status)
-            await self._dead_letter(message, reason, cause=cause)
+            await self._answer_unrecorded(call, status, delivered_at)
+            await self._dead_letter(message, reason, cause=cause, delivered_at=delivered_at)
             return
-        await self._deliver(message, call, processed)
+        await self._deliver(message, call, processed, delivered_at)
 
     async def _run_pipeline(self, calls: list[ToolCallRequested]) -> list[Processed]:
         """One transaction for the batch, retried as a whole on transient faults, bounded."""
@@ -364,7 +372,11 @@ class Worker:
         )
 
     async def _deliver(
-        self, message: DeliveredMessage, call: ToolCallRequested, processed: Processed
+        self,
+        message: DeliveredMessage,
+        call: ToolCallRequested,
+        processed: Processed,
+        delivered_at: float,
     ) -> None:
         """Publishes what committed, marks it, then acks; a failure leaves it to redelivery."""
         publisher, shard_queues = self._publisher, self._shard_queues
@@ -379,6 +391,8 @@ class Worker:
             )
         else:
             await publisher.publish_rows(processed.outbox)
+        # What the user waits for ends here: the result is with the broker.
+        self.metrics.latency.observe(time.perf_counter() - delivered_at)
         if processed.outbox:
             failpoints.reach("after_publish")
             try:
@@ -387,6 +401,7 @@ class Worker:
                 log.warning("could not mark outbox rows published", error=repr(error))
             failpoints.reach("after_mark")
         await _settle(message)
+        self.metrics.ack_latency.observe(time.perf_counter() - delivered_at)
         self.metrics.calls.labels(result.status.value, str(processed.replayed).lower()).inc()
         log.info(
             "tool call answered",
@@ -395,7 +410,9 @@ class Worker:
             memory_id=result.data.memory_id,
         )
 
-    async def _answer_unrecorded(self, call: ToolCallRequested, status: MemoryStatus) -> None:
+    async def _answer_unrecorded(
+        self, call: ToolCallRequested, status: MemoryStatus, delivered_at: float
+    ) -> None:
         """A result the database could not hold: sent directly, so the bot is not left waiting."""
         publisher, shard_queues = self._publisher, self._shard_queues
         assert publisher is not None and shard_queues is not None
@@ -409,9 +426,12 @@ class Worker:
         await publisher.publish_event(
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
         )
+        self.metrics.latency.observe(time.perf_counter() - delivered_at)
         self.metrics.calls.labels(status.value, "false").inc()
 
-    async def _dead_letter(self, message: DeliveredMessage, reason: str, *, cause: str) -> None:
+    async def _dead_letter(
+        self, message: DeliveredMessage, reason: str, *, cause: str, delivered_at: float
+    ) -> None:
         publisher = self._publisher
         assert publisher is not None
         # The ids the copy carries (`ltm dlq list` shows them), not only those that came.
@@ -425,6 +445,7 @@ class Worker:
         )
         await publisher.dead_letter(message, reason, event_id=ids.event_id)
         await _settle(message)
+        self.metrics.ack_latency.observe(time.perf_counter() - delivered_at)
         self.metrics.dead_lettered.labels(cause).inc()
 
     # -- the outbox sweep ------------------------------------------------------------------

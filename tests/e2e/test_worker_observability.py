@@ -1,10 +1,12 @@
-"""What an operator reads of a running worker: log lines that match what `ltm dlq list` shows."""
+"""What an operator reads of a running worker: log lines that match what `ltm dlq list` shows,
+and the `/metrics` page."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -13,6 +15,7 @@ import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import Topology
+from tests.e2e.conftest import new_worker
 from tests.support.broker import EventTap, tap_events
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices
@@ -92,3 +95,31 @@ async def test_the_dead_lettering_line_names_the_copy_and_the_call(
     [line] = await eventually(the_line, what=f"a dead-lettering line with event_id {event_id}")
     assert line["tool_call_id"] == (None if body_kind == "not-json" else tool_call_id)
     assert line["reason"].startswith("invalid envelope")
+
+
+async def test_the_metrics_page_has_process_metrics_and_no_created_series(
+    worker_process: LtmProcess,
+) -> None:
+    page = await worker_process.metrics()
+    samples = [line for line in page.splitlines() if line and not line.startswith("#")]
+    assert any(line.startswith("process_resident_memory_bytes ") for line in samples)
+    assert any(line.startswith("process_cpu_seconds_total ") for line in samples)
+    assert any(line.startswith("ltm_tool_call_ack_seconds_count ") for line in samples)
+    assert [line for line in samples if "_created" in line.split(" ")[0]] == []
+
+
+async def test_a_second_worker_on_the_same_metrics_port_names_the_setting_and_exits_1(
+    services: TestServices, worker_process: LtmProcess, tmp_path: Path
+) -> None:
+    port = worker_process.metrics_port
+    second = new_worker(services, tmp_path, "second")
+    second.metrics_port = port
+    with second:
+        code = await asyncio.to_thread(second.wait_exit, 30)
+    output = second.output()
+    assert code == 1, output
+    assert (
+        f"metrics port {port} is in use: set LTM_METRICS_PORT to another port,"
+        " or 0 to turn the endpoint off"
+    ) in output
+    assert "Traceback" not in output

@@ -81,6 +81,11 @@ def test_the_worker_scales(services: dict[str, Any]) -> None:
     assert "ports" not in worker  # a fixed host port would clash between replicas
 
 
+def test_the_worker_serves_its_endpoints_to_other_containers(services: dict[str, Any]) -> None:
+    # 127.0.0.1 by default: in a container, that would hide them from every scraper.
+    assert services["worker"]["environment"]["LTM_METRICS_HOST"] == "0.0.0.0"
+
+
 def test_the_gateway_runs_in_console_mode(services: dict[str, Any]) -> None:
     gateway = services["gateway"]
     assert gateway["command"] == ["gateway", "--shards", "0", "--shard-count", "1"]
