@@ -23,6 +23,7 @@ from gateway.directory import (
 )
 from gateway.discord_sender import DiscordSender, RetryPolicy, discord_nonce, is_transient
 from gateway.embeds import to_hikari_embed
+from gateway.metrics import EmbedFailure, GatewayMetrics
 from gateway.shard_consumer import ResultSink, SeenEvents, ShardConsumer
 from gateway.tool_client import (
     TIMEOUT_STATUS,
@@ -42,9 +43,11 @@ __all__ = [
     "ConsoleSender",
     "Delivery",
     "DiscordSender",
+    "EmbedFailure",
     "EmbedSender",
     "Gateway",
     "GatewayCaches",
+    "GatewayMetrics",
     "InvalidationListener",
     "MemberDirectory",
     "MemberRow",

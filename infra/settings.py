@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
     discord_api_url: str | None = Field(default=None, validation_alias="DISCORD_API_URL")
     persona_cache_ttl_s: float = 600.0
+    # A port of its own: `make run` and most hosts run a worker and a gateway side by side.
+    gateway_metrics_port: int = Field(default=9465, ge=0, le=65535)
     user_cache_ttl_s: float = 1800.0
 
     @property

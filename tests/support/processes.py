@@ -28,7 +28,10 @@ def free_port() -> int:
 
 @dataclass
 class LtmProcess:
-    """`python -m worker.cli ARGS` with the test run's settings; output goes to a log file."""
+    """`python -m worker.cli ARGS` with the test run's settings; output goes to a log file.
+
+    `metrics_port` is where its `/metrics`, `/healthz` and `/readyz` answer.
+    """
 
     services: TestServices
     args: tuple[str, ...]
@@ -38,7 +41,9 @@ class LtmProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LtmProcess:
-        env = self.services.env(LTM_METRICS_PORT=str(self.metrics_port), **self.env)
+        # One process each: a worker reads the first, a gateway the second.
+        port = str(self.metrics_port)
+        env = self.services.env(LTM_METRICS_PORT=port, LTM_GATEWAY_METRICS_PORT=port, **self.env)
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "worker.cli", *self.args],
