@@ -50,7 +50,8 @@ class LtmProcess:
     def start(self) -> LtmProcess:
         # One process each: a worker reads the first, a gateway the second.
         port = str(self.metrics_port)
-        env = self.services.env(LTM_METRICS_PORT=port, LTM_GATEWAY_METRICS_PORT=port, **self.env)
+        ports = {"LTM_METRICS_PORT": port, "LTM_GATEWAY_METRICS_PORT": port}
+        env = self.services.env(**{**ports, **self.env})
         self._log = self.log_path.open("ab")
         self._reader: int | None = None
         self._printed = bytearray()
