@@ -5,6 +5,7 @@ from contracts.cache import CacheInvalidate, CacheName
 from contracts.codec import (
     CONTENT_TYPE,
     EVENT_TYPES,
+    REPLAYED_HEADER,
     InvalidEnvelope,
     amqp_properties,
     decode_event,
@@ -57,6 +58,7 @@ from contracts.topology import (
     dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_of_routing_key,
     shard_queue_arguments,
     worker_queue_arguments,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "DELETE_COLOR",
     "EVENT_TYPES",
     "GLOBAL_LINEAGE",
+    "REPLAYED_HEADER",
     "SCHEMA_VERSION",
     "TOOL_DESCRIPTION",
     "TOOL_PARAMETERS",
@@ -119,6 +122,7 @@ __all__ = [
     "openai_tool",
     "result_routing_key",
     "rfc3339_utc",
+    "shard_of_routing_key",
     "shard_queue_arguments",
     "utc_now",
     "worker_queue_arguments",
