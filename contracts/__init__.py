@@ -50,7 +50,11 @@ from contracts.tool_declaration import (
     openai_tool,
 )
 from contracts.topology import (
+    CACHE_BINDING_KEY,
     DEFAULT_PREFIX,
+    Binding,
+    Declarations,
+    QueueDeclaration,
     Topology,
     audit_routing_key,
     audit_stream_arguments,
@@ -58,12 +62,15 @@ from contracts.topology import (
     dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_declarations,
     shard_of_routing_key,
     shard_queue_arguments,
+    topology_declarations,
     worker_queue_arguments,
 )
 
 __all__ = [
+    "CACHE_BINDING_KEY",
     "CONTENT_TYPE",
     "DEFAULT_PREFIX",
     "DELETE_COLOR",
@@ -75,8 +82,10 @@ __all__ = [
     "TOOL_PARAMETERS",
     "UPDATE_COLOR",
     "UPDATE_LONG_TERM_MEMORY",
+    "Binding",
     "CacheInvalidate",
     "CacheName",
+    "Declarations",
     "DiscordId",
     "EmbedField",
     "EmbedKind",
@@ -94,6 +103,7 @@ __all__ = [
     "Participant",
     "ParticipantId",
     "PersonalMemory",
+    "QueueDeclaration",
     "ResultData",
     "ServerMemories",
     "ServerMemory",
@@ -122,8 +132,10 @@ __all__ = [
     "openai_tool",
     "result_routing_key",
     "rfc3339_utc",
+    "shard_declarations",
     "shard_of_routing_key",
     "shard_queue_arguments",
+    "topology_declarations",
     "utc_now",
     "worker_queue_arguments",
 ]

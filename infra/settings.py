@@ -8,6 +8,7 @@ newline dropped.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -25,7 +26,7 @@ from pydantic_settings import (
 from contracts import DEFAULT_PREFIX
 from infra.redaction import mask_passwords
 
-__all__ = ["SECRET_SETTINGS", "Settings", "SettingsError", "to_sqlalchemy_url"]
+__all__ = ["SECRET_SETTINGS", "Settings", "SettingsError", "broker_user", "to_sqlalchemy_url"]
 
 ENV_PREFIX: Final = "LTM_"
 
@@ -109,6 +110,11 @@ class Settings(BaseSettings):
         return names or None  # blank is unset, not "trust nobody"
 
     @property
+    def amqp_user(self) -> str | None:
+        """The broker user `amqp_url` logs in as (`broker_user`)."""
+        return broker_user(self.amqp_url)
+
+    @property
     def sqlalchemy_url(self) -> str:
         """The same database through SQLAlchemy's psycopg 3 dialect."""
         return to_sqlalchemy_url(self.database_url)
@@ -172,6 +178,17 @@ def environment_variable(field_name: str, field: FieldInfo) -> str:
 def _input_key(field_name: str, field: FieldInfo) -> str:
     alias = field.validation_alias
     return alias if isinstance(alias, str) else field_name
+
+
+def broker_user(amqp_url: str) -> str | None:
+    """The broker user an AMQP URL logs in as, the `user_id` its messages may carry: the
+    URL's, else RabbitMQ's `guest`; None when a client certificate names the user
+    (`?auth=external`)."""
+    parts = urllib.parse.urlsplit(amqp_url)
+    if parts.username:
+        return urllib.parse.unquote(parts.username)
+    external = urllib.parse.parse_qs(parts.query).get("auth", [""])[0].lower() == "external"
+    return None if external else "guest"
 
 
 def to_sqlalchemy_url(url: str) -> str:

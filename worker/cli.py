@@ -117,6 +117,21 @@ def build_parser() -> argparse.ArgumentParser:
         "declare the exchanges and queues",
         "Shard queues 0 to LTM_SHARD_COUNT-1 are declared too; declaring again changes nothing.",
     )
+    definitions = _command(
+        commands,
+        "broker-definitions",
+        "print the broker's definitions: accounts per role and the topology",
+        "JSON for `rabbitmqctl import_definitions` or the broker's load_definitions: the "
+        "virtual host, the users of LTM_BROKER_WORKER_USER, LTM_BROKER_BOT_USER and "
+        "LTM_BROKER_OPERATOR_USER with their permissions and password hashes (passwords from "
+        "LTM_BROKER_*_PASSWORD), and every exchange, queue and binding. Exit code 2 when a "
+        "password is missing.",
+    )
+    definitions.add_argument(
+        "--vhost",
+        metavar="V",
+        help="the virtual host (default: the one LTM_AMQP_URL names, else /)",
+    )
     _command(
         commands,
         "worker",
@@ -381,6 +396,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             return ExitCode.OK
         case "topology":
             return _run(bootstrap.declare_topology(settings))
+        case "broker-definitions":
+            from worker.ops.broker_definitions import print_definitions
+
+            return print_definitions(settings, vhost=args.vhost)
         case "worker":
             return _run(bootstrap.run_worker(settings))
         case "gateway":

@@ -53,6 +53,7 @@ from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxRow, OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
 from worker.core import messages
+from worker.core.admission import refusal
 from worker.service import Processed, answer, process_tool_calls
 
 __all__ = ["Worker", "is_transient"]
@@ -133,6 +134,7 @@ class Worker:
 
     async def run(self) -> None:
         """Consumes until `stop()`, reconnecting whenever the broker goes away."""
+        self._say_whom_it_trusts()
         backoff = 0.2
         sweeper = asyncio.create_task(self._sweep_forever(), name="outbox-sweep")
         try:
@@ -160,6 +162,15 @@ class Worker:
                 await sweeper
             await self.store.close()
             log.info("worker stopped")
+
+    def _say_whom_it_trusts(self) -> None:
+        trusted = self.settings.trusted_publishers
+        if trusted is None:
+            log.warning(
+                "every publisher's tool calls are accepted: LTM_TRUSTED_PUBLISHERS is not set"
+            )
+        else:
+            log.info("tool calls are accepted from these broker users only", users=sorted(trusted))
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -254,6 +265,21 @@ class Worker:
 
     async def _handle(self, message: DeliveredMessage, delivered_at: float) -> None:
         """`delivered_at`: `time.perf_counter()` when the delivery came, for the latencies."""
+        refused = refusal(
+            user_id=message.header.properties.user_id,
+            size=len(message.body),
+            trusted_publishers=self.settings.trusted_publishers,
+            max_bytes=self.settings.max_message_bytes,
+        )
+        if refused is not None:
+            await self._dead_letter(
+                message,
+                refused.reason,
+                cause=refused.cause,
+                delivered_at=delivered_at,
+                read_body=False,
+            )
+            return
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:
@@ -444,12 +470,19 @@ class Worker:
         self.metrics.calls.labels(status.value, "false").inc()
 
     async def _dead_letter(
-        self, message: DeliveredMessage, reason: str, *, cause: str, delivered_at: float
+        self,
+        message: DeliveredMessage,
+        reason: str,
+        *,
+        cause: str,
+        delivered_at: float,
+        read_body: bool = True,
     ) -> None:
+        """`read_body` False: nothing of the body is parsed, not even for its ids."""
         publisher = self._publisher
         assert publisher is not None
         # The ids the copy carries (`ltm dlq list` shows them), not only those that came.
-        ids = dead_letter_ids(message)
+        ids = dead_letter_ids(message, read_body=read_body)
         log.warning(
             "dead-lettering",
             reason=reason,
