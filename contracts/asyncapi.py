@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from contracts.audit import MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
-from contracts.codec import CONTENT_TYPE, EVENT_TYPES, REPLAYED_HEADER
+from contracts.codec import CONTENT_TYPE, EVENT_TYPES, MAX_NESTING, REPLAYED_HEADER
 from contracts.dead_letters import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
@@ -130,6 +130,9 @@ def _info() -> dict[str, Any]:
             "correlation_id = tool_call_id where there is one, type = event_type, timestamp, "
             f"and the header schema_version ({SCHEMA_VERSION}).\n"
             "Consumers deduplicate on event_id. Ids of Discord objects are strings of digits.\n"
+            "A tool call's body holds at most LTM_MAX_MESSAGE_BYTES (262144 by default) and "
+            f"nests at most {MAX_NESTING} levels; the worker dead-letters one that does not, "
+            "unparsed.\n"
         ),
     }
 

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt
 
 from contracts.envelope import Event
 from contracts.ids import DiscordId, ParticipantId, ToolCallId
 
-__all__ = ["UPDATE_LONG_TERM_MEMORY", "Participant", "ToolCallContext", "ToolCallRequested"]
+__all__ = [
+    "MAX_ALIASES",
+    "MAX_PARTICIPANTS",
+    "UPDATE_LONG_TERM_MEMORY",
+    "Participant",
+    "ToolCallContext",
+    "ToolCallRequested",
+]
 
 UPDATE_LONG_TERM_MEMORY = "update_long_term_memory"
+
+# Bounds on what a bot may send (SECURITY.md, "Bad input stays bounded"): far above any real
+# conversation, low enough that resolving a name over them stays cheap.
+MAX_PARTICIPANTS: Final = 500
+MAX_ALIASES: Final = 50
 
 
 class Participant(BaseModel):
@@ -21,7 +33,7 @@ class Participant(BaseModel):
 
     user_id: ParticipantId
     display_label: str
-    aliases: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = Field(default=(), max_length=MAX_ALIASES)
     is_bot: bool = False
     is_member: bool = True
 
@@ -36,7 +48,7 @@ class ToolCallContext(BaseModel):
     persona_id: int
     shard_id: NonNegativeInt
     locale: str = "en-US"
-    participants: tuple[Participant, ...] = ()
+    participants: tuple[Participant, ...] = Field(default=(), max_length=MAX_PARTICIPANTS)
     # Set by the bot from the triggerer's Discord permissions; under the edit policy
     # `teacher_or_manager`, a manager may change any memory of the server.
     triggerer_is_manager: bool = False
