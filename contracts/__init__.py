@@ -5,6 +5,7 @@ from contracts.cache import CacheInvalidate, CacheName
 from contracts.codec import (
     CONTENT_TYPE,
     EVENT_TYPES,
+    REPLAYED_HEADER,
     InvalidEnvelope,
     amqp_properties,
     decode_event,
@@ -67,6 +68,7 @@ __all__ = [
     "DELETE_COLOR",
     "EVENT_TYPES",
     "GLOBAL_LINEAGE",
+    "REPLAYED_HEADER",
     "SCHEMA_VERSION",
     "TOOL_DESCRIPTION",
     "TOOL_PARAMETERS",
