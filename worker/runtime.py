@@ -32,6 +32,7 @@ from tenacity import (
 )
 
 from contracts import (
+    TOOL_NAMES,
     InvalidEnvelope,
     MemoryStatus,
     ResultData,
@@ -43,7 +44,7 @@ from contracts import (
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.settings import Settings
-from infra.topology import SUPPORTED_TOOLS, declare_topology
+from infra.topology import declare_topology
 from worker import failpoints
 from worker.adapters.broker import EventPublisher
 from worker.adapters.database import MemoryStore
@@ -248,7 +249,7 @@ class Worker:
         except InvalidEnvelope as error:
             await self._dead_letter(message, f"invalid envelope: {error}", cause="invalid_envelope")
             return
-        if call.tool_name not in SUPPORTED_TOOLS:
+        if call.tool_name not in TOOL_NAMES:
             await self._dead_letter(
                 message, f"unsupported tool {call.tool_name!r}", cause="unsupported_tool"
             )
