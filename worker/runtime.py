@@ -32,10 +32,7 @@ from tenacity import (
 )
 
 from contracts import (
-    TOOL_NAMES,
     InvalidEnvelope,
-    MemoryStatus,
-    ResultData,
     ToolCallRequested,
     Topology,
     decode_tool_call,
@@ -51,8 +48,10 @@ from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
-from worker.core import messages
-from worker.service import Processed, answer, process_tool_calls
+from worker.core.model import Rejection
+from worker.service import Processed, process_tool_calls
+from worker.tools.base import answer
+from worker.tools.registry import pipeline_for
 
 __all__ = ["Worker", "is_transient"]
 
@@ -249,9 +248,12 @@ class Worker:
         except InvalidEnvelope as error:
             await self._dead_letter(message, f"invalid envelope: {error}", cause="invalid_envelope")
             return
-        if call.tool_name not in TOOL_NAMES:
+        tool = pipeline_for(call.tool_name)
+        if tool is None:
             await self._dead_letter(
-                message, f"unsupported tool {call.tool_name!r}", cause="unsupported_tool"
+                message,
+                f"unsupported tool {call.tool_name!r}: no pipeline of this worker takes it",
+                cause="unsupported_tool",
             )
             return
         # Bound until the delivery's task ends (each has a context of its own), so that the
@@ -260,21 +262,14 @@ class Worker:
         try:
             processed = await self._batcher.submit(call.tool_call_id, call)
         except Exception as error:
-            if is_transient(error):
+            database_away = is_transient(error)
+            if database_away:
                 log.error("database unavailable past the retry budget", error=repr(error))
-                status, reason, cause = (
-                    MemoryStatus.DB_ERROR,
-                    f"database unavailable: {error!r}",
-                    "db_error",
-                )
+                reason, cause = f"database unavailable: {error!r}", "db_error"
             else:
                 log.exception("pipeline failed")
-                status, reason, cause = (
-                    MemoryStatus.INTERNAL_ERROR,
-                    f"internal error: {error!r}",
-                    "internal_error",
-                )
-            await self._answer_unrecorded(call, status)
+                reason, cause = f"internal error: {error!r}", "internal_error"
+            await self._answer_unrecorded(call, tool.unrecorded(database_away=database_away))
             await self._dead_letter(message, reason, cause=cause)
             return
         await self._deliver(message, call, processed)
@@ -320,6 +315,8 @@ class Worker:
                 tx,
                 max_memory_length=self.settings.max_memory_length,
                 reply_ttl_ms=self._reply_ttl_ms,
+                max_server_memories=self.settings.max_server_memories,
+                max_personal_memories=self.settings.max_personal_memories,
             )
 
     async def _retry(
@@ -390,20 +387,15 @@ class Worker:
             memory_id=result.data.memory_id,
         )
 
-    async def _answer_unrecorded(self, call: ToolCallRequested, status: MemoryStatus) -> None:
+    async def _answer_unrecorded(self, call: ToolCallRequested, failure: Rejection) -> None:
         """A result the database could not hold: sent directly, so the bot is not left waiting."""
         publisher = self._publisher
         assert publisher is not None
-        message = (
-            messages.database_unavailable()
-            if status is MemoryStatus.DB_ERROR
-            else messages.internal_error()
-        )
-        result = answer(call, status, message, ResultData())
+        result = answer(call, failure.status, failure.message, failure.data)
         await publisher.publish_event(
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
         )
-        self.metrics.calls.labels(status.value, "false").inc()
+        self.metrics.calls.labels(failure.status.value, "false").inc()
 
     async def _dead_letter(self, message: DeliveredMessage, reason: str, *, cause: str) -> None:
         publisher = self._publisher
