@@ -93,8 +93,17 @@ class ScopeKey:
     a server's of one lineage, or one person's of one lineage together with lineage 0."""
 
     scope: MemoryScope
-    anchor: str  # the server's server_id, or the owner's Discord id
     lineage: int
+    server_id: int | None = None  # server path
+    owner_disc_id: str | None = None  # personal path
+
+    @classmethod
+    def of_server(cls, server_id: int, lineage: int) -> ScopeKey:
+        return cls("server_wide", lineage, server_id=server_id)
+
+    @classmethod
+    def of_owner(cls, owner_disc_id: str, lineage: int) -> ScopeKey:
+        return cls("target_user", lineage, owner_disc_id=owner_disc_id)
 
 
 @dataclass(frozen=True, slots=True)

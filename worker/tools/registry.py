@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from contracts import UPDATE_LONG_TERM_MEMORY
+from contracts import CREATE_LONG_TERM_MEMORY, REMEMBER_THIS_FACT, UPDATE_LONG_TERM_MEMORY
 from worker.tools.base import ToolPipeline
+from worker.tools.create import CREATE
 from worker.tools.update import UPDATE
 
 __all__ = ["TOOLS", "pipeline_for"]
@@ -19,6 +20,8 @@ __all__ = ["TOOLS", "pipeline_for"]
 TOOLS: Final[Mapping[str, ToolPipeline]] = MappingProxyType(
     {
         UPDATE_LONG_TERM_MEMORY: UPDATE,
+        CREATE_LONG_TERM_MEMORY: CREATE,
+        REMEMBER_THIS_FACT: CREATE,
     }
 )
 

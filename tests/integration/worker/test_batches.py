@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from contracts import MemoryStatus, ToolCallRequested
-from tests.integration.worker.checks import MAX_MEMORY_LENGTH, REPLY_TTL_MS, Pipeline
+from contracts import MemoryStatus
+from tests.integration.worker.checks import Pipeline
 from tests.support.world import participant
-from worker.service import Processed, process_tool_calls
-
-
-async def _run_together(pipeline: Pipeline, calls: list[ToolCallRequested]) -> list[Processed]:
-    async with pipeline.store.transaction() as tx:
-        return await process_tool_calls(
-            calls, tx, max_memory_length=MAX_MEMORY_LENGTH, reply_ttl_ms=REPLY_TTL_MS
-        )
 
 
 async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -> None:
@@ -33,7 +25,7 @@ async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -
         scene.call({"memory_id": 2**40, "memory_content": "x"}),
         scene.call({"memory_id": doomed_id, "memory_content": ""}),
     ]
-    results = await _run_together(pipeline, calls)
+    results = await pipeline.run_together(calls)
 
     assert [r.result.status for r in results] == [
         MemoryStatus.UPDATED,
@@ -63,7 +55,7 @@ async def test_two_changes_of_one_memory_in_a_batch_chain_in_order(pipeline: Pip
         scene.call({"memory_id": memory_id, "memory_content": ""}),
         scene.call({"memory_id": memory_id, "memory_content": "v3"}),
     ]
-    results = await _run_together(pipeline, calls)
+    results = await pipeline.run_together(calls)
 
     assert [r.result.status for r in results] == [
         MemoryStatus.UPDATED,
@@ -88,7 +80,7 @@ async def test_a_batch_answers_calls_seen_before_from_their_record(pipeline: Pip
     first = await pipeline.run(seen)
     fresh = scene.call({"memory_id": memory_id, "memory_content": "v2"})
 
-    again, new = await _run_together(pipeline, [seen, fresh])
+    again, new = await pipeline.run_together([seen, fresh])
 
     assert again.replayed and again.outbox == []
     assert (again.result.status, again.result.message, again.result.data) == (

@@ -285,8 +285,8 @@ def test_a_participant_seen_as_a_member_may_get_a_personal_memory() -> None:
 
 # -- steps 6 and 7: duplicates and the limit -------------------------------------------------
 
-SERVER = ScopeKey("server_wide", "3", 42)
-PERSONAL = ScopeKey("target_user", ALICE_ID, 42)
+SERVER = ScopeKey.of_server(3, 42)
+PERSONAL = ScopeKey.of_owner(ALICE_ID, 42)
 
 
 @pytest.mark.parametrize(
