@@ -32,6 +32,8 @@ class ResultData(BaseModel):
     fallback: MemoryFallback | None = None
     current_count: int | None = None
     max_allowed: int | None = None
+    # Why a failure happened, where its status alone does not say (`tool_call_id_reused`).
+    reason: str | None = None
 
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: Any) -> dict[str, Any]:

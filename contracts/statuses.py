@@ -24,6 +24,7 @@ class MemoryStatus(StrEnum):
     INVALID_ARGS = "memory_update_failed_invalid_args"
     INVALID_CONTENT = "memory_update_failed_invalid_content"
     INTERNAL_ERROR = "memory_update_failed_internal_error"
+    FORBIDDEN = "memory_update_failed_forbidden"
 
     # create_long_term_memory (and its legacy name remember_this_fact)
     SAVED = "memory_saved_successfully"

@@ -51,6 +51,9 @@ class ToolCallContext(BaseModel):
     shard_id: NonNegativeInt
     locale: str = "en-US"
     participants: tuple[Participant, ...] = ()
+    # Set by the bot from the triggerer's Discord permissions; under the edit policy
+    # `teacher_or_manager`, a manager may change any memory of the server.
+    triggerer_is_manager: bool = False
 
     @property
     def server_disc_id(self) -> str:

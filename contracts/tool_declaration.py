@@ -44,7 +44,8 @@ _TARGET_USER: Final = {
 
 TOOL_DESCRIPTION: Final = (
     "Replace or delete one of your long-term memories, shown to you as ID:N. "
-    "Give the new text in memory_content, or an empty string to delete it. "
+    "Give the new text in memory_content, or an empty string (or only white space) to "
+    "delete it; text of only invisible characters, such as zero-width spaces, is refused. "
     "For a memory about a person, give target_user: their name as seen in the chat."
 )
 
@@ -58,7 +59,10 @@ TOOL_PARAMETERS: Final[dict[str, Any]] = {
         },
         "memory_content": {
             "type": "string",
-            "description": "The memory's new text; an empty string deletes the memory.",
+            "description": (
+                "The memory's new text; an empty string, or only white space, deletes the "
+                "memory. Text of only invisible characters (zero-width, formatting) is refused."
+            ),
         },
         "target_user": _TARGET_USER,
     },
@@ -81,7 +85,10 @@ CREATE_TOOL: Final = ToolDeclaration(
         "properties": {
             "memory_content": {
                 "type": "string",
-                "description": "The memory's text, in the third person.",
+                "description": (
+                    "The memory's text, in the third person. It may not be empty, and text of "
+                    "only invisible characters (zero-width, formatting) is refused."
+                ),
             },
             "memory_scope": {
                 "type": "string",

@@ -106,6 +106,9 @@ class MessageContext:
     shard_id: int
     participants: Sequence[Participant] = field(default_factory=tuple)
     locale: str = "en-US"
+    # From the triggerer's Discord permissions (e.g. Manage Server): under the edit policy
+    # `teacher_or_manager`, a manager may change any memory of the server.
+    triggerer_is_manager: bool = False
 
     def to_contract(self) -> ToolCallContext:
         return ToolCallContext(
@@ -117,6 +120,7 @@ class MessageContext:
             shard_id=self.shard_id,
             locale=self.locale,
             participants=tuple(self.participants),
+            triggerer_is_manager=self.triggerer_is_manager,
         )
 
 

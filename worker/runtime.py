@@ -363,14 +363,18 @@ class Worker:
         publisher = self._publisher
         assert publisher is not None
         result = processed.result
-        if not processed.replayed:
+        if processed.reused_id:
+            log.warning(
+                "tool_call_id already used for a different call; refused, nothing written",
+                status=result.status.value,
+            )
+        if processed.written:
             failpoints.reach("after_commit")
-        if processed.replayed:
+            await publisher.publish_rows(processed.outbox)
+        else:
             await publisher.publish_event(
                 result, result_routing_key(result.shard_id), self._reply_ttl_ms
             )
-        else:
-            await publisher.publish_rows(processed.outbox)
         if processed.outbox:
             failpoints.reach("after_publish")
             try:

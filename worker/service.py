@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from contracts import ToolCallCompleted, ToolCallRequested
 from worker.adapters.database import Answer, StoredResult, ToolCallTransaction
 from worker.adapters.outbox import OutboxRow
+from worker.core.idempotency import check_same_call
 from worker.tools.base import (
     DEFAULT_MEMORY_LIMIT,
     ClaimedCall,
@@ -31,18 +32,37 @@ __all__ = ["Processed", "process_tool_call", "process_tool_calls"]
 class Processed:
     """The result, and the outbox rows to publish once the transaction commits.
 
-    `replayed`: the call was answered before; `result` repeats that answer and is published
-    directly, since nothing was written for it.
+    `replayed`: the call was answered before; `result` repeats that answer.
+    `reused_id`: the call's id has the record of a different call; `result` refuses it.
+    Nothing is written for either, so their result is published directly: a redelivery
+    finds the same record and answers the same way.
     """
 
     result: ToolCallCompleted
     outbox: list[OutboxRow]
     replayed: bool = False
+    reused_id: bool = False
+
+    @property
+    def written(self) -> bool:
+        """Whether the transaction recorded the call, its result going out with its rows."""
+        return not (self.replayed or self.reused_id)
 
 
-def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallCompleted:
+def _answer_from_record(
+    call: ToolCallRequested, stored: StoredResult, pipeline: ToolPipeline
+) -> Processed:
+    """A call whose id has a record: the record's answer again, or, when the record is of a
+    different call, a refusal in the call's own tool's family that leaves the record as it is."""
+    refused = check_same_call(
+        call, recorded=stored.fingerprint, invalid_args=pipeline.statuses.invalid_args
+    )
+    if refused is not None:
+        # Answered to this call's own caller: the record's caller got its answer.
+        result = answer(call, refused.status, refused.message, refused.data)
+        return Processed(result=result, outbox=[], reused_id=True)
     # Routed as the original call was, so that a bot still waiting for it gets its answer.
-    return answer(call, stored.status, stored.message, stored.data).model_copy(
+    again = answer(call, stored.status, stored.message, stored.data).model_copy(
         update={
             "tool_name": stored.tool_name,
             "guild_id": stored.guild_id,
@@ -50,6 +70,7 @@ def _answer_again(call: ToolCallRequested, stored: StoredResult) -> ToolCallComp
             "shard_id": stored.shard_id,
         }
     )
+    return Processed(result=again, outbox=[], replayed=True)
 
 
 async def process_tool_call(
@@ -85,7 +106,8 @@ async def process_tool_calls(
 
     Their tool_call_ids must be distinct, and each tool_name one the registry knows (the
     runtime dead-letters the others before they get here). A tool's calls run in order; the
-    tools one after the other, each once per batch.
+    tools one after the other, each once per batch. A call whose id has a record is answered
+    from it, or refused when the record is of another call.
     """
     settings = PipelineSettings(
         max_memory_length=max_memory_length,
@@ -119,9 +141,7 @@ async def process_tool_calls(
     offset = 0
     for position, (call, claim) in enumerate(zip(calls, claims, strict=True)):
         if claim.stored is not None:
-            processed.append(
-                Processed(result=_answer_again(call, claim.stored), outbox=[], replayed=True)
-            )
+            processed.append(_answer_from_record(call, claim.stored, pipelines[position]))
             continue
         outcome = outcomes[position]
         count = len(outcome.events)

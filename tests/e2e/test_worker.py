@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
 import pytest
 from aio_pika.abc import AbstractChannel
@@ -173,6 +175,53 @@ async def test_a_duplicate_publish_is_answered_again_and_applied_once(
     )
 
 
+async def test_a_different_call_under_a_used_id_is_refused_and_nothing_is_written(
+    channel: AbstractChannel, topology: Topology, world: World, worker_process: LtmProcess
+) -> None:
+    """A copy of a call file with new content and the same tool_call_id (issue 13)."""
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "v1")
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": "v2"}, triggerer_id=snowflake()
+    )
+    reused = call.model_copy(
+        update={
+            "event_id": uuid.uuid4(),
+            "arguments": {"memory_id": memory_id, "memory_content": "v3"},
+        }
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        await tap.wait_for(EmbedRequested, tool_call_id=call.tool_call_id)
+        inbox = await world.inbox(call.tool_call_id)
+        outbox = await world.outbox_of_call(call.tool_call_id)
+        await publish_tool_call(channel, topology, reused)
+        await tap.wait_for(ToolCallCompleted, 2, tool_call_id=call.tool_call_id)
+
+    [refusal] = tap.events(ToolCallCompleted, causation_id=reused.event_id)
+    assert refusal.status is MemoryStatus.INVALID_ARGS, refusal
+    assert not refusal.success
+    assert refusal.data.reason == "tool_call_id_reused"
+    assert "already used for a different call" in refusal.message
+    # Nothing of it written or sent: one change, one embed, one invalidation, one audit event,
+    # the record and the outbox rows of the first call as they were.
+    assert await world.content(memory_id) == "v2"
+    assert len(await world.revisions(memory_id)) == 1
+    assert len(tap.events(EmbedRequested, tool_call_id=call.tool_call_id)) == 1
+    assert len(tap.events(CacheInvalidate, tool_call_id=call.tool_call_id)) == 1
+    assert len(tap.events(MemoryUpdated, tool_call_id=call.tool_call_id)) == 1
+    assert await world.inbox(call.tool_call_id) == inbox
+    rows = await world.outbox_of_call(call.tool_call_id)
+    assert [row["event_id"] for row in rows] == [row["event_id"] for row in outbox]
+    line = await eventually(
+        lambda: _logged_line(worker_process, "already used for a different call"),
+        what="the refusal logged",
+    )
+    assert line["level"] == "warning"
+    assert line["tool_call_id"] == call.tool_call_id
+
+
 async def test_a_burst_is_answered_and_every_event_marked_published_by_the_worker(
     channel: AbstractChannel, topology: Topology, world: World, worker_process: LtmProcess
 ) -> None:
@@ -202,6 +251,15 @@ async def test_a_burst_is_answered_and_every_event_marked_published_by_the_worke
         lambda: _nothing_in_flight(worker_process), timeout=4.0, what="every call acked"
     )
     assert [await world.content(memory_id) for memory_id in memory_ids] == ["burst"] * 40
+
+
+async def _logged_line(worker: LtmProcess, text: str) -> dict[str, Any] | None:
+    """The first JSON log line of the worker holding `text`, once there is one."""
+    for line in worker.output().splitlines():
+        if text in line:
+            parsed: dict[str, Any] = json.loads(line)
+            return parsed
+    return None
 
 
 async def _metrics_show(worker: LtmProcess, text: str) -> bool:

@@ -77,6 +77,7 @@ def tool_call(
     tool_call_id: str | None = None,
     persona_id: int | None = None,
     tool_name: str = UPDATE_LONG_TERM_MEMORY,
+    triggerer_is_manager: bool = False,
 ) -> ToolCallRequested:
     return ToolCallRequested(
         tool_call_id=tool_call_id or f"call-{uuid.uuid4()}",
@@ -90,6 +91,7 @@ def tool_call(
             persona_id=persona.persona_id if persona_id is None else persona_id,
             shard_id=shard_id,
             participants=participants,
+            triggerer_is_manager=triggerer_is_manager,
         ),
     )
 
@@ -168,6 +170,16 @@ class World:
             ".self_teaching_enabled",
             server.server_id,
             enabled,
+        )
+
+    async def set_edit_policy(self, server: Server, policy: str) -> None:
+        """`server_configs.memory_edit_policy` of the server (`anyone`, `teacher_or_manager`)."""
+        await self.execute(
+            "INSERT INTO server_configs (server_id, memory_edit_policy) VALUES (%s, %s)"
+            " ON CONFLICT (server_id) DO UPDATE SET memory_edit_policy = EXCLUDED"
+            ".memory_edit_policy",
+            server.server_id,
+            policy,
         )
 
     def new_lineage(self) -> int:

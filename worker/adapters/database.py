@@ -34,8 +34,10 @@ from worker.adapters.outbox import (
 )
 from worker.adapters.revisions import REVISION_INSERT, REVISION_INSERT_WITH_ID
 from worker.core.create import ExistingMemory, NewMemory, ScopeKey
+from worker.core.idempotency import call_fingerprint
 from worker.core.model import (
     DirectoryMember,
+    ForbiddenWrite,
     MemoryWrite,
     ServerState,
     StoredUser,
@@ -96,7 +98,8 @@ def create_engine(url: str, *, pool_size: int, lock_timeout_s: float | None = No
 
 @dataclass(frozen=True, slots=True)
 class StoredResult:
-    """The answer recorded for a tool call, and where its first answer went."""
+    """The answer recorded for a tool call, where its first answer went, and the fingerprint
+    of that call (None in records from before fingerprints)."""
 
     status: MemoryStatus
     message: str
@@ -105,6 +108,7 @@ class StoredResult:
     guild_id: str | None
     channel_id: str
     shard_id: int
+    fingerprint: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,18 +120,19 @@ class Claim:
 
 
 # Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
-# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip.
+# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip
+# (and `_STORED_RESULTS`, a statement of its own, then reads what that one committed).
 _CLAIM: Final = psycopg_sql(
     """
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
             tool_call_id text, event_id uuid, tool_name text, guild_id text, channel_id text,
-            shard_id integer, server_disc_id text, persona_id integer
+            shard_id integer, server_disc_id text, persona_id integer, fingerprint text
         )
     ), claimed AS (
         INSERT INTO tool_call_inbox
-            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id)
-        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id
+            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint)
+        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint
         FROM input ORDER BY tool_call_id
         ON CONFLICT (tool_call_id) DO NOTHING
         RETURNING tool_call_id
@@ -136,7 +141,8 @@ _CLAIM: Final = psycopg_sql(
            s.server_id, s.server_disc_id,
            p.persona_id, p.server_id AS persona_server_id, p.persona_lineage_id, p.nickname,
            coalesce(sc.self_teaching_enabled, true) AS self_teaching_enabled,
-           coalesce(sc.personal_memories_enabled, true) AS personal_memories_enabled
+           coalesce(sc.personal_memories_enabled, true) AS personal_memories_enabled,
+           coalesce(sc.memory_edit_policy, 'anyone') AS memory_edit_policy
     FROM input AS i
     LEFT JOIN claimed AS c ON c.tool_call_id = i.tool_call_id
     LEFT JOIN servers AS s ON s.server_disc_id = i.server_disc_id
@@ -147,7 +153,7 @@ _CLAIM: Final = psycopg_sql(
 
 _STORED_RESULTS: Final = psycopg_sql(
     """
-    SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id
+    SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id, fingerprint
     FROM tool_call_inbox WHERE tool_call_id = ANY(:tool_call_ids)
     """
 )
@@ -179,31 +185,44 @@ _USER: Final = psycopg_sql(
 # batches), and a change of the same memory by another transaction makes the lock wait, then
 # read the committed content: every revision's `content_before` is the previous revision's
 # `content_after`. The memory ids of one statement are distinct (see `_waves`).
+# A write `only_own` changes its row only when the row's `user_id` (a server memory's teacher,
+# a personal memory's owner) is the actor's `users` row; a row matched but not changed comes
+# back with no revision, and a write that matched nothing does not come back.
 _APPLY: Final = psycopg_sql(
     f"""
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:writes AS json)) AS i(
             ord integer, scope text, memory_id bigint, server_id integer, lineage bigint,
-            owner_user_id integer, content text, actor text, tool_call_id text
+            owner_user_id integer, content text, actor text, tool_call_id text,
+            only_own boolean
         )
     ), server_targets AS (
-        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
+        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage,
+               m.user_id AS row_user_id
         FROM input AS i JOIN server_memories AS m
           ON i.scope = 'server_wide' AND m.server_memory_id = i.memory_id
          AND m.server_id = i.server_id AND m.persona_lineage_id = i.lineage
         ORDER BY m.server_memory_id
         FOR UPDATE OF m
     ), personal_targets AS (
-        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage
+        SELECT i.ord, m.content AS content_before, m.persona_lineage_id AS row_lineage,
+               m.user_id AS row_user_id
         FROM input AS i JOIN personal_memories AS m
           ON i.scope = 'target_user' AND m.personal_memory_id = i.memory_id
          AND m.user_id = i.owner_user_id AND m.persona_lineage_id IN (i.lineage, 0)
         ORDER BY m.personal_memory_id
         FOR UPDATE OF m
-    ), targets AS (
-        SELECT t.ord, t.content_before, t.row_lineage, i.scope, i.memory_id, i.content
+    ), matched AS (
+        SELECT t.ord, t.content_before, t.row_lineage, i.scope, i.memory_id, i.content,
+               CASE WHEN i.only_own THEN coalesce(
+                   t.row_user_id
+                   = (SELECT u.user_id FROM users AS u WHERE u.user_disc_id = i.actor),
+                   false
+               ) ELSE true END AS allowed
         FROM (SELECT * FROM server_targets UNION ALL SELECT * FROM personal_targets) AS t
         JOIN input AS i ON i.ord = t.ord
+    ), targets AS (
+        SELECT * FROM matched WHERE allowed
     ), server_updated AS (
         UPDATE server_memories AS m SET content = t.content, updated_at = now()
         FROM targets AS t
@@ -228,15 +247,22 @@ _APPLY: Final = psycopg_sql(
     ), changed AS (
         SELECT ord FROM server_updated UNION ALL SELECT ord FROM server_deleted
         UNION ALL SELECT ord FROM personal_updated UNION ALL SELECT ord FROM personal_deleted
+    ), revisions AS (
+        {REVISION_INSERT}
+        SELECT i.scope, i.memory_id,
+               CASE WHEN i.content IS NULL THEN 'deleted' ELSE 'updated' END,
+               t.content_before, i.content, i.server_id,
+               CASE WHEN i.scope = 'target_user' THEN i.owner_user_id END,
+               t.row_lineage, i.actor, i.tool_call_id, now()
+        FROM changed AS c JOIN input AS i ON i.ord = c.ord JOIN targets AS t ON t.ord = c.ord
+        ORDER BY i.ord
+        RETURNING revision_id, tool_call_id, content_before, persona_lineage_id
     )
-    {REVISION_INSERT}
-    SELECT i.scope, i.memory_id, CASE WHEN i.content IS NULL THEN 'deleted' ELSE 'updated' END,
-           t.content_before, i.content, i.server_id,
-           CASE WHEN i.scope = 'target_user' THEN i.owner_user_id END,
-           t.row_lineage, i.actor, i.tool_call_id, now()
-    FROM changed AS c JOIN input AS i ON i.ord = c.ord JOIN targets AS t ON t.ord = c.ord
-    ORDER BY i.ord
-    RETURNING revision_id, tool_call_id, content_before, persona_lineage_id
+    SELECT revision_id, tool_call_id, content_before, persona_lineage_id FROM revisions
+    UNION ALL
+    SELECT NULL, i.tool_call_id, NULL, NULL
+    FROM matched AS m JOIN input AS i ON i.ord = m.ord
+    WHERE NOT m.allowed
     """
 )
 
@@ -467,6 +493,7 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
                     "shard_id": call.context.shard_id,
                     "server_disc_id": call.context.server_disc_id,
                     "persona_id": call.context.persona_id,
+                    "fingerprint": call_fingerprint(call),
                 }
                 for call in calls
             ]
@@ -488,6 +515,7 @@ def apply_params(writes: Sequence[PlannedWrite], positions: Sequence[int]) -> di
                     "content": writes[position].write.content,
                     "actor": writes[position].actor,
                     "tool_call_id": writes[position].tool_call_id,
+                    "only_own": writes[position].write.only_own,
                 }
                 for position in positions
             ]
@@ -554,7 +582,8 @@ class ToolCallTransaction:
         return await self._cursor.fetchone()
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
-        """Writes the inbox rows first; calls answered before come back with their result.
+        """Writes the inbox rows first, with each call's fingerprint; calls whose id has a
+        record come back with it (the record's result and the fingerprint of its call).
 
         The tool_call_ids of `calls` are distinct.
         """
@@ -581,6 +610,7 @@ class ToolCallTransaction:
                     persona_nickname=row.nickname,
                     self_teaching_enabled=row.self_teaching_enabled,
                     personal_memories_enabled=row.personal_memories_enabled,
+                    memory_edit_policy=row.memory_edit_policy,
                 )
             claims.append(Claim(stored=None, state=state))
         return claims
@@ -601,6 +631,7 @@ class ToolCallTransaction:
                 guild_id=row.guild_id,
                 channel_id=row.channel_id,
                 shard_id=row.shard_id,
+                fingerprint=row.fingerprint,
             )
         return found
 
@@ -670,13 +701,19 @@ class ToolCallTransaction:
             blacklisted_here=row.blacklisted_here,
         )
 
-    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
-        """The scoped writes and their revision rows; None where no memory matched."""
-        written: list[WrittenMemory | None] = [None] * len(writes)
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+        """The scoped writes and their revision rows; None where no memory matched, and
+        ForbiddenWrite where the edit policy kept the matched memory from the actor."""
+        written: list[WrittenMemory | ForbiddenWrite | None] = [None] * len(writes)
         for wave in _waves(writes):
             rows = await self._all(_APPLY, apply_params(writes, wave))
             position_of = {writes[position].tool_call_id: position for position in wave}
             for row in rows:
+                if row.revision_id is None:
+                    written[position_of[row.tool_call_id]] = ForbiddenWrite()
+                    continue
                 written[position_of[row.tool_call_id]] = WrittenMemory(
                     revision_id=row.revision_id,
                     content_before=row.content_before,

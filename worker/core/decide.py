@@ -29,6 +29,7 @@ __all__ = [
     "check_personal_scope",
     "check_server_state",
     "check_target",
+    "forbidden",
     "not_found",
     "plan_write",
     "success",
@@ -97,9 +98,12 @@ def plan_write(
     content: str,
     state: ServerState,
     owner: tuple[ResolvedUser, StoredUser] | None,
+    *,
+    context: ToolCallContext,
 ) -> MemoryWrite:
     """Step 6: the scoped write. `content` is the prepared content; "" deletes."""
     new_content = content or None
+    only_own = _only_own(state, context)
     if owner is None:
         return MemoryWrite(
             scope="server_wide",
@@ -107,6 +111,7 @@ def plan_write(
             content=new_content,
             server_id=state.server_id,
             persona_lineage_id=state.persona_lineage_id,
+            only_own=only_own,
         )
     target, user = owner
     return MemoryWrite(
@@ -118,6 +123,19 @@ def plan_write(
         owner_user_id=user.user_id,
         owner_disc_id=target.user_id,
         owner_label=target.label,
+        only_own=only_own,
+    )
+
+
+def _only_own(state: ServerState, context: ToolCallContext) -> bool:
+    """The edit policy: whether the triggerer may change only the memories it taught or owns.
+
+    A manager of the server may change any; in a DM the triggerer manages its own DM.
+    """
+    return (
+        state.memory_edit_policy == "teacher_or_manager"
+        and not context.is_dm
+        and not context.triggerer_is_manager
     )
 
 
@@ -137,6 +155,16 @@ def not_found(write: MemoryWrite, *, in_other_scope: bool) -> Rejection:
             else messages.not_found_personal(write.memory_id, label)
         )
     return Rejection(MemoryStatus.NOT_FOUND, message, _scoped_data(write))
+
+
+def forbidden(write: MemoryWrite) -> Rejection:
+    """Step 8, a memory in scope that the edit policy keeps from the triggerer: the message
+    says who may change it, and nothing of what it holds."""
+    if write.scope == "server_wide":
+        message = messages.forbidden_server(write.memory_id)
+    else:
+        message = messages.forbidden_personal(write.memory_id, _owner_label(write))
+    return Rejection(MemoryStatus.FORBIDDEN, message, _scoped_data(write))
 
 
 def success(write: MemoryWrite, written: WrittenMemory) -> tuple[MemoryStatus, str, ResultData]:

@@ -15,6 +15,7 @@ __all__ = [
     "bot_target",
     "bridge_user_target",
     "content_has_nul",
+    "content_not_visible",
     "content_too_long",
     "create_arguments_not_object",
     "database_unavailable",
@@ -22,6 +23,8 @@ __all__ = [
     "dm_other_user",
     "duplicate_memory",
     "empty_new_memory",
+    "forbidden_personal",
+    "forbidden_server",
     "internal_error",
     "invalid_memory_content",
     "invalid_memory_id",
@@ -50,6 +53,7 @@ __all__ = [
     "save_user_not_found",
     "save_user_not_stored",
     "saving_disabled",
+    "tool_call_id_reused",
     "user_not_found",
     "user_not_stored",
 ]
@@ -57,6 +61,16 @@ __all__ = [
 
 def _quoted(labels: Sequence[str]) -> str:
     return ", ".join(f'"{label}"' for label in labels)
+
+
+# Before step 1: the idempotency record of the call's id.
+
+
+def tool_call_id_reused() -> str:
+    return (
+        "This tool call's id was already used for a different call, so nothing was changed; "
+        "make the call again as a new tool call."
+    )
 
 
 # Step 1: arguments.
@@ -115,6 +129,13 @@ def content_has_nul() -> str:
     return (
         "memory_content contains a NUL character (\\u0000), which a memory cannot hold; "
         "call again with the text without it."
+    )
+
+
+def content_not_visible() -> str:
+    return (
+        "memory_content has no visible character, only invisible ones such as zero-width "
+        "spaces; call again with the memory's new text, or with an empty string to delete it."
     )
 
 
@@ -207,6 +228,20 @@ def not_found_personal_is_server_memory(memory_id: int, label: str) -> str:
     return (
         f'ID:{memory_id} is a server memory, not a personal memory about "{label}"; call '
         "again without target_user."
+    )
+
+
+def forbidden_server(memory_id: int) -> str:
+    return (
+        f"Server memory ID:{memory_id} can be changed only by the person who taught it or "
+        "someone who manages this server; leave it as it is, or ask one of them."
+    )
+
+
+def forbidden_personal(memory_id: int, label: str) -> str:
+    return (
+        f'Personal memory ID:{memory_id} about "{label}" can be changed only by "{label}" or '
+        "someone who manages this server; leave it as it is, or ask one of them."
     )
 
 

@@ -10,7 +10,9 @@ from contracts import MemoryScope, MemoryStatus, ResultData
 __all__ = [
     "AmbiguousUser",
     "DirectoryMember",
+    "ForbiddenWrite",
     "MemoryArguments",
+    "MemoryEditPolicy",
     "MemoryScope",
     "MemoryWrite",
     "NoSuchUser",
@@ -32,6 +34,10 @@ class MemoryArguments:
     target_user: str | None
 
 
+# server_configs.memory_edit_policy: who may change a memory through the tool.
+MemoryEditPolicy = Literal["anyone", "teacher_or_manager"]
+
+
 @dataclass(frozen=True, slots=True)
 class ServerState:
     """The server and persona of the call, with the server's configuration."""
@@ -44,6 +50,7 @@ class ServerState:
     persona_nickname: str
     self_teaching_enabled: bool = True
     personal_memories_enabled: bool = True
+    memory_edit_policy: MemoryEditPolicy = "anyone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,9 @@ class MemoryWrite:
     owner_user_id: int | None = None  # personal path: users.user_id of the owner
     owner_disc_id: str | None = None
     owner_label: str | None = None
+    # The edit policy lets the triggerer change the memory only if it taught or owns it:
+    # checked by the statement that matches and writes the row.
+    only_own: bool = False
 
     @property
     def is_delete(self) -> bool:
@@ -125,3 +135,8 @@ class WrittenMemory:
     revision_id: int
     content_before: str
     persona_lineage_id: int  # the row's own lineage (0 for a global personal memory)
+
+
+@dataclass(frozen=True, slots=True)
+class ForbiddenWrite:
+    """The write matched a memory in scope, which the edit policy kept from this triggerer."""

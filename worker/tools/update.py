@@ -28,6 +28,7 @@ from worker.core.decide import (
     check_personal_scope,
     check_server_state,
     check_target,
+    forbidden,
     not_found,
     plan_write,
     success,
@@ -35,6 +36,7 @@ from worker.core.decide import (
 from worker.core.embed import build_embed
 from worker.core.model import (
     DirectoryMember,
+    ForbiddenWrite,
     MemoryWrite,
     Rejection,
     ResolvedUser,
@@ -114,6 +116,8 @@ class UpdateMemory:
                     decision.write, participant_ids=participants
                 )
                 outcomes[position] = not_found(decision.write, in_other_scope=in_other_scope)
+            elif isinstance(memory, ForbiddenWrite):
+                outcomes[position] = forbidden(decision.write)
             else:
                 outcomes[position] = _Committed(decision, memory)
         return [
@@ -176,7 +180,7 @@ async def _decide(
             return refused
         assert user is not None  # check_personal_scope refuses an unknown user
         owner = (target, user)
-    write = plan_write(arguments, content, state, owner)
+    write = plan_write(arguments, content, state, owner, context=context)
     return _Planned(write, state, directory, owner[1] if owner else None)
 
 

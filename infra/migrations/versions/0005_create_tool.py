@@ -1,7 +1,7 @@
 """The create tool: a memory's first revision is `created`.
 
 Revision ID: 0005_create
-Revises: 0001
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0005_create"
-down_revision = "0001"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -70,6 +70,7 @@ class Scene:
         persona_id: int | None = None,
         shard_id: int = SHARD,
         tool_name: str = UPDATE_LONG_TERM_MEMORY,
+        triggerer_is_manager: bool = False,
     ) -> ToolCallRequested:
         """A call of the triggerer; the participants are the triggerer and those given."""
         return tool_call(
@@ -81,6 +82,7 @@ class Scene:
             persona_id=persona_id,
             shard_id=shard_id,
             tool_name=tool_name,
+            triggerer_is_manager=triggerer_is_manager,
         )
 
     def create(

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from contracts import MemoryStatus
+import asyncio
+import uuid
+
+from contracts import MemoryStatus, ToolCallRequested
 from tests.integration.worker.checks import Pipeline
 from tests.support.world import participant
+from worker.batching import CallBatcher
+from worker.service import Processed
 
 
 async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -> None:
@@ -90,3 +95,78 @@ async def test_a_batch_answers_calls_seen_before_from_their_record(pipeline: Pip
     )
     assert not new.replayed and new.result.status is MemoryStatus.UPDATED
     assert len(await pipeline.world.revisions(memory_id)) == 2
+
+
+async def test_a_batch_refuses_a_reused_id_and_answers_the_others_as_alone(
+    pipeline: Pipeline,
+) -> None:
+    scene = await pipeline.guild()
+    world = pipeline.world
+    memory_id = await pipeline.server_memory(scene.persona, "v0")
+    seen = scene.call({"memory_id": memory_id, "memory_content": "v1"})
+    await pipeline.run(seen)
+    record = await world.inbox(seen.tool_call_id)
+    reused = seen.model_copy(
+        update={
+            "event_id": uuid.uuid4(),
+            "arguments": {"memory_id": memory_id, "memory_content": "v9"},
+        }
+    )
+    fresh = scene.call({"memory_id": memory_id, "memory_content": "v2"})
+    failing = scene.call({"memory_id": "nope", "memory_content": "x"})
+
+    refused, new, bad = await pipeline.run_together([reused, fresh, failing])
+
+    assert refused.reused_id and refused.outbox == []
+    assert refused.result.status is MemoryStatus.INVALID_ARGS
+    assert refused.result.data.reason == "tool_call_id_reused"
+    # The others' results and outbox rows are their own, in order.
+    assert new.result.status is MemoryStatus.UPDATED
+    assert bad.result.status is MemoryStatus.INVALID_ARGS and bad.result.data.reason is None
+    assert [len(new.outbox), len(bad.outbox)] == [4, 1]
+    assert {row.correlation_id for row in new.outbox} == {fresh.tool_call_id}
+    assert {row.correlation_id for row in bad.outbox} == {failing.tool_call_id}
+    assert await world.content(memory_id) == "v2"
+    revisions = await world.revisions(memory_id)
+    assert [r["tool_call_id"] for r in revisions] == [seen.tool_call_id, fresh.tool_call_id]
+    assert await world.inbox(seen.tool_call_id) == record
+    assert len(await world.outbox_of_call(seen.tool_call_id)) == 4
+
+
+async def test_two_calls_under_one_id_submitted_together_apply_once_and_refuse_the_other(
+    pipeline: Pipeline,
+) -> None:
+    """The worker's batcher keeps the two in different batches; two batches at a time meet in
+    the database, at the inbox row."""
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "v0")
+    one = scene.call({"memory_id": memory_id, "memory_content": "one"})
+    other = one.model_copy(
+        update={
+            "event_id": uuid.uuid4(),
+            "arguments": {"memory_id": memory_id, "memory_content": "other"},
+        }
+    )
+
+    batcher: CallBatcher[ToolCallRequested, Processed] = CallBatcher(
+        pipeline.run_together,
+        max_batch=64,
+        concurrency=2,
+        shared_fault=lambda error: False,
+    )
+    try:
+        async with asyncio.timeout(20):
+            results = await asyncio.gather(
+                batcher.submit(one.tool_call_id, one), batcher.submit(other.tool_call_id, other)
+            )
+    finally:
+        await batcher.close()
+
+    applied = [p for p in results if p.result.status is MemoryStatus.UPDATED]
+    refused = [p for p in results if p.reused_id]
+    assert len(applied) == 1 and len(refused) == 1, [p.result for p in results]
+    assert refused[0].result.data.reason == "tool_call_id_reused"
+    assert await pipeline.world.content(memory_id) == applied[0].result.data.content_saved
+    assert len(await pipeline.world.revisions(memory_id)) == 1
+    outbox = await pipeline.world.outbox_of_call(one.tool_call_id)
+    assert [row["event_id"] for row in outbox] == [row.event_id for row in applied[0].outbox]

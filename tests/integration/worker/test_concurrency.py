@@ -28,7 +28,7 @@ from worker.adapters.database import (
     PlannedWrite,
     ToolCallTransaction,
 )
-from worker.core.model import WrittenMemory
+from worker.core.model import ForbiddenWrite, WrittenMemory
 from worker.service import Processed
 
 Step = Literal["claim", "apply"]
@@ -47,7 +47,9 @@ class _RendezvousTransaction(ToolCallTransaction):
             await self._barrier.wait()
         return await super().claim(calls)
 
-    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
         if self._step == "apply":
             await self._barrier.wait()
         return await super().apply(writes)
@@ -198,3 +200,34 @@ async def test_two_copies_of_one_tool_call_at_once_apply_once(
         assert len(outbox) == 1
         assert revisions == []
         assert await pipeline.world.content(memory_id) == "original"
+
+
+async def test_two_different_calls_under_one_id_at_once_apply_one_and_refuse_the_other(
+    pipeline: Pipeline,
+) -> None:
+    """Two workers: both claim at once; the second waits on the first's inbox row, then reads
+    its fingerprint."""
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "original")
+    call = scene.call({"memory_id": memory_id, "memory_content": "one"})
+    other = call.model_copy(
+        update={
+            "event_id": uuid.uuid4(),
+            "arguments": {"memory_id": memory_id, "memory_content": "other"},
+        }
+    )
+
+    results = await all_at_once(pipeline, [call, other], "claim")
+
+    applied = [p for p in results if p.result.status is MemoryStatus.UPDATED]
+    refused = [p for p in results if p.reused_id]
+    assert len(applied) == 1 and len(refused) == 1, [p.result for p in results]
+    (done,), (turned_down,) = applied, refused
+    assert turned_down.result.status is MemoryStatus.INVALID_ARGS
+    assert turned_down.result.data.reason == "tool_call_id_reused"
+    assert turned_down.outbox == []
+    assert await pipeline.world.content(memory_id) == done.result.data.content_saved
+    revisions = await pipeline.world.revisions_of_call(call.tool_call_id)
+    assert len(revisions) == 1
+    outbox = await pipeline.world.outbox_of_call(call.tool_call_id)
+    assert [row["event_id"] for row in outbox] == [row.event_id for row in done.outbox]

@@ -1,4 +1,5 @@
-"""A second delivery of a tool_call_id changes nothing and answers the stored result again."""
+"""A second delivery of a tool_call_id changes nothing and answers the stored result again;
+a different call under a used id is refused and changes nothing either."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.integration.worker.checks import Pipeline, Scene, assert_result
 from tests.support.world import participant, snowflake
 from worker.adapters.database import Answer, MemoryStore, ToolCallTransaction
 from worker.adapters.outbox import OutboxRow, OutgoingEvent
+from worker.core.idempotency import call_fingerprint
 from worker.service import Processed
 
 
@@ -86,9 +88,15 @@ async def test_a_success_is_applied_once(
     assert first.result.success
     row = await pipeline.row(memory_id)
 
-    # Another copy, from another shard and channel, even with other arguments.
-    again = another_copy(call, shard_id=7, channel_id=snowflake())
-    again = again.model_copy(update={"arguments": {**arguments, "memory_content": "third"}})
+    # Another copy, from another shard and bot process, which sees the conversation's
+    # people differently: still the same call (tool, arguments, guild, channel, triggerer
+    # and persona are).
+    again = another_copy(
+        call,
+        shard_id=7,
+        bot_user_id=snowflake(),
+        participants=(participant(scene.triggerer, "Someone else"),),
+    )
     await assert_replayed(pipeline, first, call, again)
 
     assert await pipeline.row(memory_id) == row
@@ -179,3 +187,122 @@ async def test_a_call_that_did_not_commit_leaves_nothing_and_its_redelivery_appl
     assert await world.content(memory_id) == "after"
     assert len(await world.revisions_of_call(call.tool_call_id)) == 1
     assert len(await world.outbox_of_call(call.tool_call_id)) == 4
+
+
+Different = Literal[
+    "content", "delete", "memory_id", "target_user", "guild", "channel", "triggerer", "persona"
+]
+
+
+@pytest.mark.parametrize(
+    "different",
+    ["content", "delete", "memory_id", "target_user", "guild", "channel", "triggerer", "persona"],
+)
+async def test_a_different_call_under_a_used_id_is_refused_and_changes_nothing(
+    pipeline: Pipeline, different: Different
+) -> None:
+    scene = await pipeline.guild()
+    world = pipeline.world
+    memory_id = await pipeline.server_memory(scene.persona, "first")
+    other_memory_id = await pipeline.server_memory(scene.persona, "other")
+    personal_id = await pipeline.personal_memory(scene.triggerer_user_id, 0, "personal")
+    arguments = {"memory_id": memory_id, "memory_content": "second"}
+    call = scene.call(arguments)
+    first = await pipeline.run(call)
+    assert_result(first, call, MemoryStatus.UPDATED)
+    inbox = await world.inbox(call.tool_call_id)
+    assert inbox is not None and inbox["fingerprint"] == call_fingerprint(call)
+    rows = [await pipeline.row(memory) for memory in (memory_id, other_memory_id, personal_id)]
+    outbox = await world.outbox_of_call(call.tool_call_id)
+    revisions = await world.revisions_of_call(call.tool_call_id)
+
+    if different == "content":  # the issue's case: a copy of a call file with new content
+        reused = another_copy(call).model_copy(
+            update={"arguments": {**arguments, "memory_content": "third"}}
+        )
+    elif different == "delete":
+        reused = another_copy(call).model_copy(
+            update={"arguments": {**arguments, "memory_content": ""}}
+        )
+    elif different == "memory_id":
+        reused = another_copy(call).model_copy(
+            update={"arguments": {**arguments, "memory_id": other_memory_id}}
+        )
+    elif different == "target_user":
+        reused = another_copy(call).model_copy(
+            update={
+                "arguments": {
+                    "memory_id": personal_id,
+                    "memory_content": "x",
+                    "target_user": "Trig",
+                }
+            }
+        )
+    elif different == "guild":
+        reused = another_copy(call, guild_id=snowflake())
+    elif different == "channel":
+        reused = another_copy(call, channel_id=snowflake())
+    elif different == "triggerer":
+        reused = another_copy(call, triggerer_id=snowflake())
+    else:
+        persona = await world.persona(scene.server, lineage=scene.persona.lineage)
+        reused = another_copy(call, persona_id=persona.persona_id)
+
+    refused = await pipeline.run(reused)
+
+    # Answered to the caller of the refused call, with the reason; nothing of it written.
+    assert refused.reused_id and not refused.replayed
+    assert refused.outbox == []
+    result = assert_result(
+        refused, reused, MemoryStatus.INVALID_ARGS, {"reason": "tool_call_id_reused"}
+    )
+    assert "already used for a different call" in result.message
+    assert result.causation_id == reused.event_id
+    after = [await pipeline.row(memory) for memory in (memory_id, other_memory_id, personal_id)]
+    assert after == rows
+    assert await world.outbox_of_call(call.tool_call_id) == outbox
+    assert await world.revisions_of_call(call.tool_call_id) == revisions
+    assert await world.inbox(call.tool_call_id) == inbox
+
+    # The call the record is of is still answered from it.
+    await assert_replayed(pipeline, first, call, another_copy(call))
+
+
+async def test_a_stored_failure_does_not_let_another_call_run_under_its_id(
+    pipeline: Pipeline,
+) -> None:
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "kept")
+    call = scene.call({"memory_id": str(memory_id), "memory_content": "new"})
+    assert_result(await pipeline.run(call), call, MemoryStatus.INVALID_ARGS)
+    inbox = await pipeline.world.inbox(call.tool_call_id)
+
+    corrected = another_copy(call).model_copy(
+        update={"arguments": {"memory_id": memory_id, "memory_content": "new"}}
+    )
+    refused = await pipeline.run(corrected)
+
+    assert refused.reused_id
+    assert refused.result.data.reason == "tool_call_id_reused"
+    assert await pipeline.world.content(memory_id) == "kept"
+    assert await pipeline.world.inbox(call.tool_call_id) == inbox
+
+
+async def test_a_record_from_before_fingerprints_answers_any_call_with_its_id(
+    pipeline: Pipeline,
+) -> None:
+    """Rows written before migration 0002 have no fingerprint: answered as they always were."""
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "first")
+    call = scene.call({"memory_id": memory_id, "memory_content": "second"})
+    first = await pipeline.run(call)
+    await pipeline.sql(
+        "UPDATE tool_call_inbox SET fingerprint = NULL WHERE tool_call_id = %s", call.tool_call_id
+    )
+
+    other = another_copy(call, channel_id=snowflake()).model_copy(
+        update={"arguments": {"memory_id": memory_id, "memory_content": "third"}}
+    )
+    await assert_replayed(pipeline, first, call, other)
+
+    assert await pipeline.world.content(memory_id) == "second"

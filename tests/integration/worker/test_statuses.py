@@ -97,6 +97,22 @@ async def test_invalid_content(pipeline: Pipeline) -> None:
     assert await pipeline.world.content(memory_id) == "kept"
 
 
+@pytest.mark.parametrize("content", ["\u200b", " \u2060\ufeff ", "\u3164", "\u0301"], ids=ascii)
+async def test_content_with_no_visible_character_is_refused_and_deletes_nothing(
+    pipeline: Pipeline, content: str
+) -> None:
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "kept")
+    call = scene.call({"memory_id": memory_id, "memory_content": content})
+
+    processed = await pipeline.run(call)
+
+    result = await assert_failure(pipeline.world, processed, call, MemoryStatus.INVALID_CONTENT)
+    assert "visible" in result.message
+    assert result.data.model_dump() == {}
+    assert await pipeline.world.content(memory_id) == "kept"
+
+
 async def test_a_delete_is_never_too_long(pipeline: Pipeline) -> None:
     scene = await pipeline.guild()
     memory_id = await pipeline.server_memory(scene.persona, "a memory longer than the limit")

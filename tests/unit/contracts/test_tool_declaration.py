@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from contracts import (
     CREATE_LONG_TERM_MEMORY,
     UPDATE_LONG_TERM_MEMORY,
@@ -47,3 +51,29 @@ def test_the_update_tool_stays_the_default() -> None:
     update = gemini_function_declaration()["parameters"]
     assert "minimum" not in update["properties"]["memory_id"]
     assert update["required"] == ["memory_id", "memory_content"]
+
+
+def _openai() -> dict[str, Any]:
+    function: dict[str, Any] = openai_tool()["function"]
+    return function
+
+
+@pytest.mark.parametrize("declaration", [_openai, gemini_function_declaration])
+def test_the_description_says_what_deletes_and_what_is_refused(
+    declaration: Any,
+) -> None:
+    declared = declaration()
+    content = declared["parameters"]["properties"]["memory_content"]["description"]
+    assert declared["name"] == UPDATE_LONG_TERM_MEMORY
+    for text in (declared["description"], content):
+        # Blank text deletes, as the empty string does; invisible text is refused.
+        assert "empty" in text
+        assert "white space" in text
+        assert "invisible" in text
+
+
+def test_the_create_tool_says_what_content_is_refused() -> None:
+    declared = openai_tool(CREATE_LONG_TERM_MEMORY)["function"]
+    content = declared["parameters"]["properties"]["memory_content"]["description"]
+    assert "invisible" in content
+    assert "empty" in content

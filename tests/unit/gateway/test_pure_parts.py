@@ -213,9 +213,12 @@ def test_the_message_context_becomes_the_contract_context() -> None:
     assert (context.guild_id, context.channel_id, context.triggerer_id) == ("123", "456", "789")
     assert context.bot_user_id == "1"
     assert context.participants[0].display_label == "Alice (@alice)"
+    assert context.triggerer_is_manager is False
     dm = MessageContext(None, 1, 2, 3, persona_id=1, shard_id=0).to_contract()
     assert dm.guild_id is None
     assert dm.is_dm
+    manager = MessageContext(1, 2, 3, 4, persona_id=1, shard_id=0, triggerer_is_manager=True)
+    assert manager.to_contract().triggerer_is_manager is True
 
 
 def test_the_timeout_answer_says_what_the_llm_should_do() -> None:

@@ -33,7 +33,10 @@ MATRIX_ID = "@alice:matrix.org"
 
 
 def context(
-    *, guild_id: str | None = GUILD_ID, participants: Sequence[Participant] = ()
+    *,
+    guild_id: str | None = GUILD_ID,
+    participants: Sequence[Participant] = (),
+    triggerer_is_manager: bool = False,
 ) -> ToolCallContext:
     return ToolCallContext(
         guild_id=guild_id,
@@ -43,6 +46,7 @@ def context(
         persona_id=7,
         shard_id=0,
         participants=tuple(participants),
+        triggerer_is_manager=triggerer_is_manager,
     )
 
 

@@ -21,6 +21,7 @@ from worker.adapters.database import Answer, Claim, PlannedWrite, ToolCallTransa
 from worker.adapters.outbox import OutboxRow, OutgoingEvent, outbox_rows
 from worker.core.model import (
     DirectoryMember,
+    ForbiddenWrite,
     MemoryWrite,
     ServerState,
     StoredUser,
@@ -51,11 +52,17 @@ class GivenFacts(ToolCallTransaction):
     """
 
     def __init__(
-        self, server_state: ServerState | None, *, row_exists: bool, in_other_scope: bool
+        self,
+        server_state: ServerState | None,
+        *,
+        row_exists: bool,
+        in_other_scope: bool,
+        forbidden: bool = False,
     ) -> None:
         self.server_state = server_state
         self.row_exists = row_exists
         self.other_scope = in_other_scope
+        self.forbidden = forbidden
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
         return [Claim(stored=None, state=self.server_state) for _ in calls]
@@ -66,7 +73,11 @@ class GivenFacts(ToolCallTransaction):
     async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
         return USERS.get(user_disc_id)
 
-    async def apply(self, writes: Sequence[PlannedWrite]) -> list[WrittenMemory | None]:
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+        if self.forbidden:
+            return [ForbiddenWrite() for _ in writes]
         written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
         return [written if self.row_exists else None for _ in writes]
 
@@ -85,6 +96,7 @@ async def decide(
     server_state: ServerState | None = None,
     row_exists: bool = True,
     in_other_scope: bool = False,
+    forbidden: bool = False,
 ) -> MemoryStatus:
     """What the pipeline answers a call with these arguments, given these facts."""
     request = ToolCallRequested(
@@ -97,6 +109,7 @@ async def decide(
         state() if server_state is None else server_state,
         row_exists=row_exists,
         in_other_scope=in_other_scope,
+        forbidden=forbidden,
     )
     processed = await process_tool_call(request, facts, max_memory_length=1000, reply_ttl_ms=1)
     return processed.result.status
@@ -129,6 +142,9 @@ LONG = "x" * 1001
         (call(content=LONG), {}, MemoryStatus.INVALID_CONTENT),
         # The content comes before the target user.
         (call(content=LONG, target="nobody"), {}, MemoryStatus.INVALID_CONTENT),
+        # Blank deletes; text that shows nothing is no memory, and no delete either.
+        (call(content="\u200b", target="nobody"), {}, MemoryStatus.INVALID_CONTENT),
+        (call(content=" \u200b ", target="Private"), {}, MemoryStatus.INVALID_CONTENT),
         (call(target="alex"), {}, MemoryStatus.AMBIGUOUS_USER),
         (call(target="nobody"), {}, MemoryStatus.USER_NOT_FOUND),
         # Resolved, but never stored in `users`.
@@ -138,6 +154,11 @@ LONG = "x" * 1001
         (call(target="Private"), {}, MemoryStatus.PRIVACY_RESTRICTED),
         (call(), {"row_exists": False}, MemoryStatus.NOT_FOUND),
         (call(target="  "), {"row_exists": False, "in_other_scope": True}, MemoryStatus.NOT_FOUND),
+        # The edit policy is checked by the write, after every step before it.
+        (call(), {"forbidden": True}, MemoryStatus.FORBIDDEN),
+        (call(content="", target="alice"), {"forbidden": True}, MemoryStatus.FORBIDDEN),
+        (call(target="Private"), {"forbidden": True}, MemoryStatus.PRIVACY_RESTRICTED),
+        (call(), {**OFF, "forbidden": True}, MemoryStatus.DISABLED),
     ],
 )
 async def test_the_first_failing_step_decides(

@@ -18,6 +18,7 @@ from tests.unit.worker.given import (
     ALICE_ID,
     ALICE_ROW,
     BOT_ID,
+    GUILD_ID,
     MATRIX_ID,
     OTHER_GUILD_ID,
     TRIGGERER_ID,
@@ -28,6 +29,7 @@ from worker.core.decide import (
     check_personal_scope,
     check_server_state,
     check_target,
+    forbidden,
     not_found,
     plan_write,
     success,
@@ -36,6 +38,7 @@ from worker.core.model import (
     AmbiguousUser,
     DirectoryMember,
     MemoryArguments,
+    MemoryEditPolicy,
     MemoryWrite,
     NoSuchUser,
     Rejection,
@@ -238,21 +241,21 @@ def test_scope_is_checked_before_privacy() -> None:
 
 def test_server_path_write() -> None:
     args = MemoryArguments(memory_id=24, content=" x ", target_user=None)
-    assert plan_write(args, "x", state(), None) == MemoryWrite(
+    assert plan_write(args, "x", state(), None, context=context()) == MemoryWrite(
         scope="server_wide", memory_id=24, content="x", server_id=3, persona_lineage_id=42
     )
 
 
 def test_empty_content_deletes() -> None:
     args = MemoryArguments(memory_id=24, content="  ", target_user=None)
-    write = plan_write(args, "", state(), None)
+    write = plan_write(args, "", state(), None, context=context())
     assert write.content is None
     assert write.is_delete
 
 
 def test_personal_path_write() -> None:
     args = MemoryArguments(memory_id=24, content="likes tea", target_user="alice")
-    write = plan_write(args, "likes tea", state(), (ALICE, ALICE_ROW))
+    write = plan_write(args, "likes tea", state(), (ALICE, ALICE_ROW), context=context())
     assert write == MemoryWrite(
         scope="target_user",
         memory_id=24,
@@ -264,7 +267,48 @@ def test_personal_path_write() -> None:
         owner_label="Alice (@alice)",
     )
     assert not write.is_delete
-    assert plan_write(args, "", state(), (ALICE, ALICE_ROW)).content is None
+    assert plan_write(args, "", state(), (ALICE, ALICE_ROW), context=context()).content is None
+
+
+# Step 6: the edit policy (LIFECYCLE.md section 3) travels with the write.
+
+SERVER_ARGS = MemoryArguments(memory_id=24, content="x", target_user=None)
+PERSONAL_ARGS = MemoryArguments(memory_id=24, content="x", target_user="alice")
+
+
+@pytest.mark.parametrize(
+    ("policy", "where", "manager", "only_own"),
+    [
+        ("anyone", "guild", False, False),
+        ("anyone", "dm", False, False),
+        ("teacher_or_manager", "guild", False, True),
+        ("teacher_or_manager", "guild", True, False),
+        # In a DM the triggerer manages its own DM, whatever the bot said.
+        ("teacher_or_manager", "dm", False, False),
+    ],
+)
+@pytest.mark.parametrize("personal", [False, True], ids=["server", "personal"])
+def test_the_edit_policy_restricts_a_write_to_own_memories(
+    policy: MemoryEditPolicy, where: str, manager: bool, only_own: bool, personal: bool
+) -> None:
+    call_context = context(
+        guild_id=GUILD_ID if where == "guild" else None, triggerer_is_manager=manager
+    )
+    server_state = state(
+        memory_edit_policy=policy,
+        server_disc_id=GUILD_ID if where == "guild" else TRIGGERER_ID,
+    )
+    args, owner = (PERSONAL_ARGS, (ALICE, ALICE_ROW)) if personal else (SERVER_ARGS, None)
+
+    write = plan_write(args, "x", server_state, owner, context=call_context)
+
+    assert write.only_own is only_own
+    assert write.scope == ("target_user" if personal else "server_wide")
+
+
+def test_a_delete_is_restricted_as_an_update_is() -> None:
+    restricted = state(memory_edit_policy="teacher_or_manager")
+    assert plan_write(SERVER_ARGS, "", restricted, None, context=context()).only_own
 
 
 # Step 8: no row.
@@ -277,6 +321,7 @@ PERSONAL_WRITE = plan_write(
     "x",
     state(),
     (ALICE, ALICE_ROW),
+    context=context(),
 )
 
 
@@ -309,6 +354,32 @@ def test_personal_memory_not_found_but_a_server_one_is_in_reach() -> None:
     result = rejection(not_found(PERSONAL_WRITE, in_other_scope=True), MemoryStatus.NOT_FOUND)
     assert "server memory" in result.message
     assert "without target_user" in result.message
+
+
+# Step 8: a memory in scope that the edit policy keeps from the triggerer.
+
+
+def test_a_forbidden_server_memory_says_who_may_change_it() -> None:
+    write = replace(SERVER_WRITE, content="a secret new text", only_own=True)
+    result = rejection(forbidden(write), MemoryStatus.FORBIDDEN)
+    assert not result.status.success
+    assert "ID:24" in result.message
+    assert "taught it" in result.message
+    assert "manages this server" in result.message
+    assert "secret" not in result.message
+    assert result.data == ResultData(scope="server_wide", memory_id=24)
+
+
+def test_a_forbidden_personal_memory_says_who_may_change_it() -> None:
+    write = replace(PERSONAL_WRITE, content="a secret new text", only_own=True)
+    result = rejection(forbidden(write), MemoryStatus.FORBIDDEN)
+    assert "ID:24" in result.message
+    assert 'only by "Alice (@alice)"' in result.message
+    assert "manages this server" in result.message
+    assert "secret" not in result.message
+    assert result.data == ResultData(
+        scope="target_user", memory_id=24, target_user="Alice (@alice)"
+    )
 
 
 # Committed.

@@ -146,3 +146,63 @@ def test_content_with_nul_is_refused_not_altered(raw: str) -> None:
     assert isinstance(refused, Rejection)
     assert refused.status is MemoryStatus.INVALID_CONTENT
     assert "NUL" in refused.message
+
+
+# Content that is not empty but shows nothing: zero-width and format characters (Cf),
+# controls (Cc), combining marks with nothing to sit on (M*, variation selectors among them),
+# the Hangul fillers (letters that Unicode says to render as nothing), and white space (Z*)
+# between them, which trimming leaves.
+INVISIBLE = [
+    "\u200b",  # ZERO WIDTH SPACE
+    "\u200b\u200c\u200d",  # and the non-joiner and joiner
+    "\u2060",  # WORD JOINER
+    "\ufeff",  # ZERO WIDTH NO-BREAK SPACE (BOM)
+    "\u00ad",  # SOFT HYPHEN
+    "\u180e",  # MONGOLIAN VOWEL SEPARATOR
+    "\u202e",  # RIGHT-TO-LEFT OVERRIDE
+    "\U000e0041\U000e007f",  # tag characters
+    "\x01\x7f",  # controls that are not white space
+    "\u0301",  # a combining acute accent, on nothing
+    "\ufe0f",  # VARIATION SELECTOR-16, on nothing
+    "\u034f",  # COMBINING GRAPHEME JOINER
+    "\u3164",  # HANGUL FILLER
+    "\u115f\u1160\uffa0",  # the other Hangul fillers
+    " \u200b ",  # blank around it: trimmed, then nothing visible is left
+    "\u200b \u2028\u200b",  # white space inside is no visible character either
+]
+
+
+@pytest.mark.parametrize("raw", INVISIBLE, ids=ascii)
+def test_content_with_no_visible_character_is_refused(raw: str) -> None:
+    refused = prepare_content(raw, 1000)
+    assert isinstance(refused, Rejection), ascii(refused)
+    assert refused.status is MemoryStatus.INVALID_CONTENT
+    assert "visible" in refused.message
+    assert "empty string" in refused.message  # how to delete instead
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "a\u200b",  # one visible character is enough
+        "\u200bx\u200b",
+        "e\u0301",  # a mark on a letter
+        "\u2764\ufe0f",  # a symbol with its variation selector
+        "\U0001f600",  # an emoji (So)
+        "\u0e01",  # a Thai letter
+        "\ue000",  # private use: a font may draw it
+        "\U000323b0",  # unassigned in this Python's Unicode: perhaps a newer character
+        "\u2800",  # BRAILLE PATTERN BLANK: a symbol, the empty cell
+        "{\u200b}",  # braces are visible: sanitizing keeps them round what is not a word
+        "-",
+        "1",
+    ],
+    ids=ascii,
+)
+def test_content_with_a_visible_character_is_kept_as_written(raw: str) -> None:
+    assert prepare_content(raw, 1000) == raw
+
+
+@pytest.mark.parametrize("raw", ["", " ", "\u3000\u2028\u00a0\t\n"], ids=ascii)
+def test_only_empty_or_blank_content_deletes(raw: str) -> None:
+    assert prepare_content(raw, 1000) == ""
