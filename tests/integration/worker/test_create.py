@@ -633,3 +633,21 @@ async def test_two_transactions_at_the_limit_take_turns(
     assert statuses.count(MemoryStatus.SAVED) == 4
     assert statuses.count(MemoryStatus.SAVE_LIMIT_EXCEEDED) == 3
     assert statuses.count(MemoryStatus.SAVE_DUPLICATE) == 1
+
+
+async def test_a_used_tool_call_id_is_refused_in_the_create_tools_family(
+    pipeline: Pipeline,
+) -> None:
+    scene = await pipeline.guild()
+    first = scene.create(server_wide("the first text"))
+    assert_result(await pipeline.run(first), first, MemoryStatus.SAVED)
+    reused = scene.create(server_wide("another text"), tool_call_id=first.tool_call_id)
+
+    processed = await pipeline.run(reused)
+
+    assert processed.reused_id and processed.outbox == []
+    assert processed.result.status is MemoryStatus.SAVE_INVALID_ARGS
+    assert processed.result.data.reason == "tool_call_id_reused"
+    assert await scope_contents(pipeline, scene) == ["the first text"]
+    again = await pipeline.run(first)
+    assert again.replayed and again.result.status is MemoryStatus.SAVED
