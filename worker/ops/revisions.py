@@ -20,7 +20,7 @@ from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
 from worker.adapters.database import create_engine
 from worker.adapters.outbox import OutboxStore, OutgoingEvent, queue_events
-from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore
+from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore, UnchangedMemory
 
 __all__ = ["print_history", "restore", "restore_events"]
 
@@ -108,6 +108,18 @@ async def restore(
             if restored is None:
                 print(f"no revision {revision_id}", file=out)
                 return 1
+            if isinstance(restored, UnchangedMemory):
+                state = (
+                    "does not exist"
+                    if restored.content is None
+                    else f"holds {_one_line(restored.content)}"
+                )
+                print(
+                    f"memory {restored.memory_id} already is as it was before revision "
+                    f"{revision_id} (it {state}): nothing to restore",
+                    file=out,
+                )
+                return 0
             rows = await queue_events(connection, restore_events(restored))
         connection_amqp = await aio_pika.connect(settings.amqp_url)
         async with connection_amqp:
