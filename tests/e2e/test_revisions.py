@@ -186,7 +186,7 @@ async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing
     assert (audit.content_before, audit.content_after) == ("{user} bakes bread", None)
     assert audit.scope == "target_user" and audit.owner_id == owner_disc
     assert (invalidation.cache, invalidation.key) == ("user", owner_disc)
-    assert f"memory {memory_id} restored" in out.getvalue()
+    assert f"memory {memory_id} removed" in out.getvalue()
 
     again = io.StringIO()
     assert await restore(settings, creation["revision_id"], out=again) == 0

@@ -130,9 +130,16 @@ async def restore(
         await engine.dispose()
     revision = restored.revision
     log.info("memory restored", memory_id=revision.memory_id, tool_call_id=tool_call_id)
-    print(
-        f"memory {revision.memory_id} restored from revision {revision_id} "
-        f"as revision {revision.revision_id}: {_one_line(revision.content_after)}",
-        file=out,
-    )
+    if revision.content_after is None:
+        print(
+            f"memory {revision.memory_id} removed, as it did not exist before revision "
+            f"{revision_id}: revision {revision.revision_id}",
+            file=out,
+        )
+    else:
+        print(
+            f"memory {revision.memory_id} restored from revision {revision_id} "
+            f"as revision {revision.revision_id}: {_one_line(revision.content_after)}",
+            file=out,
+        )
     return 0
