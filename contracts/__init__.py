@@ -26,8 +26,21 @@ from contracts.embeds import (
     EmbedPayload,
     EmbedRequested,
 )
-from contracts.envelope import SCHEMA_VERSION, Event, utc_now
+from contracts.envelope import SCHEMA_VERSION, Event, rfc3339_utc, utc_now
 from contracts.ids import DiscordId, ParticipantId, ToolCallId, is_matrix_id
+from contracts.memories import (
+    GLOBAL_LINEAGE,
+    MemoryListing,
+    PersonalMemory,
+    ServerMemories,
+    ServerMemory,
+    StoredMemory,
+    UnknownPersona,
+    UnknownServer,
+    memory_line,
+    memory_lines,
+    newest_first,
+)
 from contracts.results import MemoryFallback, MemoryScope, ResultData, ToolCallCompleted
 from contracts.statuses import CREATE_STATUSES, UPDATE_STATUSES, MemoryStatus, ToolStatuses
 from contracts.tool_calls import (
@@ -73,6 +86,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DELETE_COLOR",
     "EVENT_TYPES",
+    "GLOBAL_LINEAGE",
     "OFFERED_TOOLS",
     "REMEMBER_THIS_FACT",
     "SCHEMA_VERSION",
@@ -96,13 +110,18 @@ __all__ = [
     "MemoryCreated",
     "MemoryDeleted",
     "MemoryFallback",
+    "MemoryListing",
     "MemoryRestored",
     "MemoryScope",
     "MemoryStatus",
     "MemoryUpdated",
     "Participant",
     "ParticipantId",
+    "PersonalMemory",
     "ResultData",
+    "ServerMemories",
+    "ServerMemory",
+    "StoredMemory",
     "ToolCallCompleted",
     "ToolCallContext",
     "ToolCallId",
@@ -110,6 +129,8 @@ __all__ = [
     "ToolDeclaration",
     "ToolStatuses",
     "Topology",
+    "UnknownPersona",
+    "UnknownServer",
     "amqp_properties",
     "audit_routing_key",
     "audit_stream_arguments",
@@ -122,9 +143,13 @@ __all__ = [
     "gemini_function_declaration",
     "gemini_function_declarations",
     "is_matrix_id",
+    "memory_line",
+    "memory_lines",
+    "newest_first",
     "openai_tool",
     "openai_tools",
     "result_routing_key",
+    "rfc3339_utc",
     "shard_queue_arguments",
     "utc_now",
     "worker_queue_arguments",

@@ -8,13 +8,18 @@ from typing import ClassVar, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer
 
-__all__ = ["SCHEMA_VERSION", "Event", "utc_now"]
+__all__ = ["SCHEMA_VERSION", "Event", "rfc3339_utc", "utc_now"]
 
 SCHEMA_VERSION = 1
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def rfc3339_utc(value: datetime) -> str:
+    """How the contract writes a time: RFC 3339 in UTC, `Z` for the offset."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class Event(BaseModel):
@@ -34,7 +39,7 @@ class Event(BaseModel):
 
     @field_serializer("occurred_at")
     def _rfc3339_utc(self, value: datetime) -> str:
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return rfc3339_utc(value)
 
     @property
     def correlation_id(self) -> str | None:

@@ -23,6 +23,7 @@ from gateway.directory import (
 )
 from gateway.discord_sender import DiscordSender, RetryPolicy, discord_nonce, is_transient
 from gateway.embeds import to_hikari_embed
+from gateway.memories import MemoryReader, MemorySource
 from gateway.shard_consumer import ResultSink, SeenEvents, ShardConsumer
 from gateway.tool_client import (
     TIMEOUT_STATUS,
@@ -48,6 +49,8 @@ __all__ = [
     "InvalidationListener",
     "MemberDirectory",
     "MemberRow",
+    "MemoryReader",
+    "MemorySource",
     "MessageContext",
     "ResultSink",
     "RetryPolicy",

@@ -12,6 +12,9 @@ Two ways to run it:
   sender=DiscordSender(bot.rest))` and `gateway.attach(bot)`) starts it when the bot starts
   (its shards are the bot's), and stops it when the bot stops, before the bot's REST client
   closes; `gateway.tool_client` and `gateway.caches` are then the bot's.
+
+Either way `gateway.memories` (a `MemoryReader`) reads what a persona sees of its memories,
+for the LLM's context, kept in `gateway.caches` while the gateway consumes invalidations.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gateway.caches import CacheInvalidationConsumer, GatewayCaches, instance_na
 from gateway.console import ConsoleSender
 from gateway.delivery import EmbedSender
 from gateway.discord_sender import DiscordSender, RetryPolicy
+from gateway.memories import MemoryReader
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
 from infra.logs import get_logger
@@ -91,6 +95,7 @@ class Gateway:
         tool_timeout_s: float = 30.0,
         connection: AbstractRobustConnection | None = None,
         reconnect_interval_s: float | None = None,
+        memories: MemoryReader | None = None,
     ) -> None:
         """`shards`: those this process owns; None to decide at `start` (or from the bot).
 
@@ -98,6 +103,9 @@ class Gateway:
         its own (`aio_pika.connect_robust(settings.amqp_url)`), which comes back after a
         broker restart or a dropped connection every `reconnect_interval_s` (aio-pika's 5 s by
         default), declaring its queues and consumers again.
+
+        `memories`: a reader over `caches`; without one the gateway reads through a small
+        database pool of its own (`LTM_DATABASE_URL`), closed at `stop`.
         """
         self.settings = settings
         self.topology = Topology(settings.amqp_prefix)
@@ -106,6 +114,9 @@ class Gateway:
         self.shards: tuple[int, ...] = () if shards is None else tuple(sorted(set(shards)))
         self._check_shards(self.shards)
         self.caches: GatewayCaches[Any, Any] = caches or GatewayCaches.from_settings(settings)
+        self.memories = memories or MemoryReader.from_settings(
+            settings, self.caches, listening=lambda: self.receives_invalidations
+        )
         self.instance = instance or instance_name()
         self.prefetch = prefetch
         self.tool_timeout_s = tool_timeout_s
@@ -117,6 +128,7 @@ class Gateway:
         self._cache_consumer: CacheInvalidationConsumer | None = None
         self._channels: list[AbstractChannel] = []
         self._started = False
+        self._connected = False
 
     def _check_shards(self, shards: Iterable[int]) -> None:
         for shard_id in shards:
@@ -143,6 +155,12 @@ class Gateway:
     def is_running(self) -> bool:
         return self._started
 
+    @property
+    def receives_invalidations(self) -> bool:
+        """Whether every `cache.invalidate` published now reaches `caches`: while running and
+        connected (the cache queue goes with the connection)."""
+        return self._started and self._connected
+
     async def start(self, shards: Iterable[int] | None = None) -> None:
         """Connects, declares the topology, and consumes invalidations and the owned shards:
         those given before and `shards`.
@@ -162,6 +180,7 @@ class Gateway:
                 reconnect_interval=self.reconnect_interval_s,
             )
         try:
+            self._watch(self._connection)
             await self._open(self._connection, owned)
             await self.consume_shards(owned)
         except BaseException:
@@ -211,6 +230,28 @@ class Gateway:
             consume_channel, self.topology, sender=self.sender, results=self._tool_client
         )
 
+    def _watch(self, connection: AbstractRobustConnection) -> None:
+        self._connected = True
+        connection.close_callbacks.add(self._connection_lost)
+        connection.reconnect_callbacks.add(self._connection_back)
+
+    def _unwatch(self, connection: AbstractRobustConnection) -> None:
+        connection.close_callbacks.discard(self._connection_lost)
+        connection.reconnect_callbacks.discard(self._connection_back)
+        self._connected = False
+
+    def _connection_lost(self, *_: Any) -> None:
+        # Invalidations published from now until the queue is back never arrive here: what the
+        # caches hold may go stale, and nothing read meanwhile is kept.
+        self._connected = False
+        self.caches.clear()
+        log.warning("gateway.caches_cleared", instance=self.instance, reason="connection lost")
+
+    def _connection_back(self, *_: Any) -> None:
+        # Called once the channels, the cache queue and its consumer are restored.
+        self._connected = True
+        log.info("gateway.invalidations_resumed", instance=self.instance)
+
     async def consume_shards(self, shards: Iterable[int]) -> None:
         """Also consumes these shards (e.g. the bot's, once it knows them)."""
         wanted = tuple(sorted(set(shards)))
@@ -232,6 +273,8 @@ class Gateway:
 
     async def _close(self, grace_s: float) -> None:
         """Closes whatever `start` got to open: both a stop and a failed start end here."""
+        if self._connection is not None:
+            self._unwatch(self._connection)
         if self._tool_client is not None:
             self._tool_client.close()
         if self._cache_consumer is not None:
@@ -244,6 +287,7 @@ class Gateway:
         if self._owns_connection and self._connection is not None:
             await self._connection.close()
             self._connection = None
+        await self.memories.close()
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -7,6 +7,8 @@
 Every gateway process consumes every invalidation through a queue of its own
 (`<prefix>.gateway.cache.<instance>`, exclusive and auto-delete, named so that a reconnect
 can declare it again). Dropping an entry is idempotent, so no deduplication is needed.
+The queue goes with its connection, and with it the invalidations published while the
+connection is down: the gateway then clears both caches (`GatewayCaches.clear`).
 """
 
 from __future__ import annotations
@@ -103,6 +105,9 @@ class GatewayCaches(Generic[P, U]):
         self.persona_state = persona_state
         self.user = user
         self._listeners: list[InvalidationListener] = []
+        # How many times everything was dropped: a load that began before the last `clear`
+        # may hold what a missed invalidation named.
+        self.generation = 0
 
     @classmethod
     def from_settings(
@@ -127,6 +132,12 @@ class GatewayCaches(Generic[P, U]):
             except Exception:
                 log.exception("cache.listener_failed", cache=cache, key=key)
         return dropped
+
+    def clear(self) -> None:
+        """Drops every entry of both caches: invalidations may have been missed meanwhile."""
+        self.persona_state.clear()
+        self.user.clear()
+        self.generation += 1
 
 
 def instance_name() -> str:

@@ -49,9 +49,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.caches import TTLCache
+from gateway.database import open_engine
 from infra.logs import get_logger
 from infra.settings import Settings
 
@@ -137,10 +138,7 @@ class MemberDirectory:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, pool_size: int = 2) -> MemberDirectory:
-        engine = create_async_engine(
-            settings.sqlalchemy_url, pool_size=pool_size, max_overflow=2, pool_pre_ping=True
-        )
-        return cls(engine, owns_engine=True)
+        return cls(open_engine(settings, pool_size=pool_size), owns_engine=True)
 
     async def close(self) -> None:
         if self._owns_engine:

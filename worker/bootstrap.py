@@ -120,6 +120,10 @@ async def audit(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def memory(settings: Settings, args: argparse.Namespace) -> int:
+    if args.memory_command == "list":
+        from worker.ops import memory_list
+
+        return await memory_list.run_command(settings, args)
     from worker.ops.revisions import restore
 
     return await restore(settings, args.revision_id, actor=args.actor)

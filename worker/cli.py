@@ -11,7 +11,9 @@ from typing import Any
 
 import psycopg
 import sqlalchemy.exc
+from pydantic import TypeAdapter, ValidationError
 
+from contracts import DiscordId
 from infra.logs import configure_logging
 from infra.settings import Settings
 
@@ -26,6 +28,13 @@ def _parse_shards(text: str) -> tuple[int, ...]:
     if not shards or min(shards) < 0:
         raise argparse.ArgumentTypeError("give at least one shard number, each >= 0")
     return shards
+
+
+def _discord_id(text: str) -> str:
+    try:
+        return TypeAdapter(DiscordId).validate_python(text)
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"not a Discord id (digits): {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +77,25 @@ def build_parser() -> argparse.ArgumentParser:
     restore = memory_commands.add_parser("restore", help="put a memory back as before a revision")
     restore.add_argument("revision_id", type=int)
     restore.add_argument("--actor", default="cli")
+    listing = memory_commands.add_parser("list", help="the memories a persona sees, as lines")
+    listing.add_argument(
+        "--guild",
+        type=_discord_id,
+        required=True,
+        metavar="ID",
+        help="the guild's (a DM: the user's)",
+    )
+    listing.add_argument("--persona", type=int, required=True, metavar="PERSONA_ID")
+    listing.add_argument(
+        "--user",
+        dest="users",
+        type=_discord_id,
+        action="append",
+        default=[],
+        metavar="USER_ID",
+        help="also this user's personal memories (repeatable)",
+    )
+    listing.add_argument("--json", dest="as_json", action="store_true", help="one JSON object")
     return parser
 
 
