@@ -48,6 +48,7 @@ async def _applied(
     async with tap_events(channel, topology.events_exchange) as events:
         await publish_tool_call(channel, topology, request)
         [answer] = await events.wait_for(ToolCallCompleted, tool_call_id=request.tool_call_id)
+    assert isinstance(answer, ToolCallCompleted)
     assert answer.status is status, answer.message
     return answer
 
