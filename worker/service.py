@@ -23,7 +23,7 @@ from worker.tools.base import (
     ToolPipeline,
     answer,
 )
-from worker.tools.registry import pipeline_for
+from worker.tools.registry import PIPELINES, pipeline_for
 
 __all__ = ["Processed", "process_tool_call", "process_tool_calls"]
 
@@ -106,8 +106,8 @@ async def process_tool_calls(
 
     Their tool_call_ids must be distinct, and each tool_name one the registry knows (the
     runtime dead-letters the others before they get here). A tool's calls run in order; the
-    tools one after the other, each once per batch. A call whose id has a record is answered
-    from it, or refused when the record is of another call.
+    tools one after the other in the registry's order, each once per batch. A call whose id
+    has a record is answered from it, or refused when the record is of another call.
     """
     settings = PipelineSettings(
         max_memory_length=max_memory_length,
@@ -117,17 +117,19 @@ async def process_tool_calls(
     )
     pipelines = [_pipeline(call) for call in calls]
     claims = await tx.claim(calls)
-    # Grouped by pipeline, not by name: a tool's legacy name shares its calls' batch.
-    groups: dict[int, tuple[ToolPipeline, list[int]]] = {}
-    for position, claim in enumerate(claims):
-        if claim.stored is None:
-            pipeline = pipelines[position]
-            groups.setdefault(id(pipeline), (pipeline, []))[1].append(position)
     outcomes: dict[int, Outcome] = {}
-    for pipeline, positions in groups.values():
-        claimed = [ClaimedCall(calls[p], claims[p].state) for p in positions]
-        ran = await pipeline.run(claimed, tx, settings)
-        outcomes.update(zip(positions, ran, strict=True))
+    # By pipeline, not by name (a tool's old name shares its calls' run), in the registry's
+    # order, whatever order the calls came in.
+    for pipeline in PIPELINES:
+        positions = [
+            position
+            for position, claim in enumerate(claims)
+            if claim.stored is None and pipelines[position] is pipeline
+        ]
+        if positions:
+            claimed = [ClaimedCall(calls[p], claims[p].state) for p in positions]
+            ran = await pipeline.run(claimed, tx, settings)
+            outcomes.update(zip(positions, ran, strict=True))
 
     answers = [
         Answer(calls[p].tool_call_id, o.result.status, o.result.message, o.result.data)

@@ -15,7 +15,12 @@ from worker.tools.base import ToolPipeline
 from worker.tools.create import CREATE
 from worker.tools.update import UPDATE
 
-__all__ = ["TOOLS", "pipeline_for"]
+__all__ = ["PIPELINES", "TOOLS", "pipeline_for"]
+
+# In the order a batch runs them: each batch takes its locks in one order (the update's
+# memory rows, then the create tool's scope anchors), so that two workers' batches that mix
+# tools never wait on each other in a circle.
+PIPELINES: Final[tuple[ToolPipeline, ...]] = (UPDATE, CREATE)
 
 TOOLS: Final[Mapping[str, ToolPipeline]] = MappingProxyType(
     {

@@ -651,3 +651,24 @@ async def test_a_used_tool_call_id_is_refused_in_the_create_tools_family(
     assert await scope_contents(pipeline, scene) == ["the first text"]
     again = await pipeline.run(first)
     assert again.replayed and again.result.status is MemoryStatus.SAVED
+
+
+async def test_a_batch_runs_its_updates_before_its_creations_whatever_came_first(
+    pipeline: Pipeline,
+) -> None:
+    """One order of locks for every batch (memory rows, then scope anchors), so that two
+    workers' mixed batches never wait on each other in a circle."""
+    scene = await pipeline.guild()
+    memory_id = await pipeline.server_memory(scene.persona, "v0")
+    calls = [
+        scene.create(server_wide("V1")),
+        scene.call({"memory_id": memory_id, "memory_content": "v1"}),
+    ]
+
+    results = await pipeline.run_together(calls)
+
+    assert [r.result.status for r in results] == [
+        MemoryStatus.SAVE_DUPLICATE,
+        MemoryStatus.UPDATED,
+    ]
+    assert results[0].result.data.memory_id == memory_id

@@ -11,12 +11,17 @@ from contracts import (
     UPDATE_STATUSES,
     MemoryStatus,
 )
-from worker.tools.registry import TOOLS, pipeline_for
+from worker.tools.registry import PIPELINES, TOOLS, pipeline_for
 
 
 def test_the_registry_takes_exactly_the_bound_tool_names() -> None:
     assert set(TOOLS) == set(TOOL_NAMES)
     assert pipeline_for("forget_everything") is None
+
+
+def test_every_pipeline_runs_in_a_batch() -> None:
+    assert set(map(id, PIPELINES)) == set(map(id, TOOLS.values()))
+    assert len(PIPELINES) == len(set(map(id, PIPELINES)))
 
 
 def test_the_old_name_is_the_same_tool() -> None:
