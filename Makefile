@@ -1,4 +1,5 @@
-# Every target sets up what it needs: a newcomer types `make run` or `make test`.
+# Every target sets up the virtualenv it needs; the services it only checks: `make services`
+# installs and starts the local ones, saying each change.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,10 +7,10 @@ STAMP := $(VENV)/.installed
 
 # `make run` on the local services: PostgreSQL trusts `postgres` on 127.0.0.1 here.
 # Set LTM_DATABASE_URL / LTM_AMQP_URL to run against others.
-RUN_ENV := LTM_DATABASE_URL=$${LTM_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/ltm} \
-	LTM_AMQP_URL=$${LTM_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
+run: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
+run: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 
-.PHONY: install run test test-fast lint bench chaos asyncapi services clean
+.PHONY: install run test test-fast lint bench chaos asyncapi services check-services clean
 
 install: $(STAMP)
 
@@ -19,17 +20,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Installs, configures and starts the local PostgreSQL and RabbitMQ where needed (as root),
+# saying each change. Nothing else does: the targets below only check that both answer.
 services:
+	@bash infra/local-services.sh --install
+
+check-services:
 	@bash infra/local-services.sh
 
-# Migrations, topology, one worker and a console-mode gateway on the local services.
-run: install services
-	$(RUN_ENV) $(BIN)/ltm migrate
-	$(RUN_ENV) $(BIN)/ltm topology
-	$(RUN_ENV) $(BIN)/python -m infra.run_local
+# Migrations, topology, the demo data put back, one worker and a console-mode gateway.
+run: install check-services
+	@$(BIN)/ltm migrate
+	@$(BIN)/ltm topology
+	@$(BIN)/python -m infra.run_local
 
 # Each test run makes its own database and broker virtual host, and removes them after.
-test: install services
+test: install check-services
 	$(BIN)/pytest -q
 
 test-fast: install
@@ -40,11 +46,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: install services
+bench: install check-services
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.run
 
-chaos: install services
+chaos: install check-services
 	$(BIN)/python -m bench.chaos
 
 asyncapi: install
@@ -52,3 +58,16 @@ asyncapi: install
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# Three RabbitMQ nodes in one cluster and a PostgreSQL primary with a synchronous standby, all
+# of our own, under $(CLUSTER_DIR); prints the settings to export. The machine's own broker and
+# database are never touched. `make cluster-down` stops exactly what the folder records.
+CLUSTER_DIR ?= .cluster
+
+.PHONY: cluster cluster-down
+
+cluster: install
+	@$(BIN)/python -m infra.localnodes up --dir $(CLUSTER_DIR)
+
+cluster-down: install
+	@$(BIN)/python -m infra.localnodes down --dir $(CLUSTER_DIR)

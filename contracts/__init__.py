@@ -11,6 +11,7 @@ from contracts.cache import CacheInvalidate, CacheName
 from contracts.codec import (
     CONTENT_TYPE,
     EVENT_TYPES,
+    REPLAYED_HEADER,
     InvalidEnvelope,
     amqp_properties,
     decode_event,
@@ -89,6 +90,7 @@ __all__ = [
     "GLOBAL_LINEAGE",
     "OFFERED_TOOLS",
     "REMEMBER_THIS_FACT",
+    "REPLAYED_HEADER",
     "SCHEMA_VERSION",
     "TOOL_DESCRIPTION",
     "TOOL_NAMES",

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
-from contracts.codec import CONTENT_TYPE, EVENT_TYPES
+from contracts.codec import CONTENT_TYPE, EVENT_TYPES, REPLAYED_HEADER
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
 from contracts.results import ToolCallCompleted
@@ -409,6 +409,20 @@ def _operations() -> dict[str, Any]:
     }
 
 
+_EXTRA_HEADERS: Final[dict[type[Event], dict[str, Any]]] = {
+    ToolCallCompleted: {
+        REPLAYED_HEADER: {
+            "type": "boolean",
+            "const": True,
+            "description": (
+                "Present on an answer repeated from the idempotency record: the call was "
+                "answered before, and nothing changed now. Absent from a first answer."
+            ),
+        }
+    }
+}
+
+
 def _headers(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "schema_version": {"type": "integer", "const": SCHEMA_VERSION},
@@ -434,7 +448,7 @@ def _message(model: type[Event]) -> dict[str, Any]:
         "title": name,
         "summary": _SUMMARIES[model],
         "contentType": CONTENT_TYPE,
-        "headers": _headers(),
+        "headers": _headers(_EXTRA_HEADERS.get(model)),
         "payload": _ref(_SCHEMAS + name),
         "bindings": {
             "amqp": {"messageType": model.EVENT_TYPE, "bindingVersion": AMQP_BINDING_VERSION}

@@ -17,6 +17,7 @@ from contracts.tool_calls import ToolCallRequested
 __all__ = [
     "CONTENT_TYPE",
     "EVENT_TYPES",
+    "REPLAYED_HEADER",
     "InvalidEnvelope",
     "amqp_properties",
     "decode_event",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 CONTENT_TYPE: Final = "application/json"
+# A header of a `tool_call.completed` repeated from the idempotency record (true): the call was
+# answered before and nothing changed now. Absent from a first answer.
+REPLAYED_HEADER: Final = "x-ltm-replayed"
 
 EVENT_TYPES: Final[dict[str, type[Event]]] = {
     model.EVENT_TYPE: model

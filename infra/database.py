@@ -12,7 +12,13 @@ from psycopg import sql
 
 from infra.settings import to_sqlalchemy_url
 
-__all__ = ["create_database_if_missing", "drop_database", "migrate", "with_database_name"]
+__all__ = [
+    "create_database_if_missing",
+    "database_name",
+    "drop_database",
+    "migrate",
+    "with_database_name",
+]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -25,6 +31,11 @@ def _split(url: str) -> tuple[str, str]:
         raise ValueError(f"the database URL names no database: {url!r}")
     info["dbname"] = "postgres"
     return name, psycopg.conninfo.make_conninfo("", **info)
+
+
+def database_name(url: str) -> str:
+    """The name of the database `url` points at."""
+    return _split(url)[0]
 
 
 def with_database_name(url: str, name: str) -> str:
@@ -71,7 +82,11 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def migrate(url: str) -> None:
-    """Creates the database when missing, then upgrades it to the newest revision."""
-    create_database_if_missing(url)
+def migrate(url: str) -> bool:
+    """Creates the database when missing, then upgrades it to the newest revision.
+
+    True when it created the database.
+    """
+    created = create_database_if_missing(url)
     command.upgrade(alembic_config(url), "head")
+    return created

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO, cast
 
 import orjson
 import structlog
@@ -12,12 +12,44 @@ import structlog
 __all__ = ["configure_logging", "get_logger"]
 
 
+class _LogStream:
+    """Writes to `stream` until a write fails, then drops every line that follows.
+
+    A pipe whose reader is gone (`| tee` ended by the same Ctrl-C, `| head -n 1`) or a closed
+    file must not turn a log line into an error: the process is stopping, draining, or busy
+    with something that matters more than its output.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):  # EPIPE and its kin; ValueError: a closed file
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.broken = True
+
+
 def _orjson_dumps(value: Any, **_: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
 def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
-    """`fmt` is `json`, `console`, or `auto` (console when stderr is a terminal)."""
+    """`fmt` is `json`, `console`, or `auto` (console when stderr is a terminal).
+
+    Lines go to stderr while it can be written; once it cannot, they are dropped.
+    """
+    stream = _LogStream(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -39,11 +71,12 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        # WriteLogger only writes and flushes: the stream above is file enough for it.
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, stream)),
         cache_logger_on_first_use=True,
     )
     # Libraries log through the standard library: route them to the same stream and format.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],

@@ -48,8 +48,8 @@ def _stop_on_signals(worker: Worker) -> None:
     def stop() -> None:
         if worker.stopping:  # Ctrl-C reaches every process of the group, then a SIGTERM
             return
+        worker.stop()  # before the log line: a stop must not depend on the output
         log.info("stopping: draining in-flight calls")
-        worker.stop()
 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -97,10 +97,10 @@ async def run_gateway(settings: Settings, shards: tuple[int, ...], shard_count: 
     return await run(settings, shards, shard_count)
 
 
-async def call(settings: Settings, body: bytes, timeout: float) -> int:
+async def call(settings: Settings, body: bytes, timeout: float, *, as_json: bool) -> int:
     from worker.ops.call import call_and_print
 
-    return await call_and_print(settings, body, timeout=timeout)
+    return await call_and_print(settings, body, timeout=timeout, as_json=as_json)
 
 
 async def dlq(settings: Settings, args: argparse.Namespace) -> int:
@@ -113,7 +113,7 @@ async def audit(settings: Settings, args: argparse.Namespace) -> int:
     if args.audit_command == "history":
         from worker.ops.revisions import print_history
 
-        return await print_history(settings, args.memory_id)
+        return await print_history(settings, args.memory_id, as_json=args.as_json)
     from worker.ops import audit_stream
 
     return await audit_stream.run_command(settings, args)
@@ -126,4 +126,4 @@ async def memory(settings: Settings, args: argparse.Namespace) -> int:
         return await memory_list.run_command(settings, args)
     from worker.ops.revisions import restore
 
-    return await restore(settings, args.revision_id, actor=args.actor)
+    return await restore(settings, args.revision_id, actor=args.actor, as_json=args.as_json)

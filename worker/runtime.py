@@ -373,7 +373,7 @@ class Worker:
             await publisher.publish_rows(processed.outbox)
         else:
             await publisher.publish_event(
-                result, result_routing_key(result.shard_id), self._reply_ttl_ms
+                result, result_routing_key(result.shard_id), self._reply_ttl_ms, replayed=True
             )
         if processed.outbox:
             failpoints.reach("after_publish")

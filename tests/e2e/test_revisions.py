@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
-import subprocess
-import sys
+import json
+from datetime import datetime
 
 import pytest
 from aio_pika.abc import AbstractChannel
@@ -20,6 +19,7 @@ from contracts import (
 )
 from infra.settings import Settings
 from tests.support.broker import publish_tool_call, tap_events
+from tests.support.commands import run_ltm
 from tests.support.services import TestServices
 from tests.support.world import World, participant, snowflake, tool_call
 from worker.ops.revisions import print_history, restore
@@ -64,7 +64,12 @@ async def test_restore_of_an_update_brings_back_the_earlier_content(
     assert invalidation.cache == "persona_state" and invalidation.key == server.disc_id
     routing = {d.routing_key for d in tap.deliveries_with(correlation_id=audit.tool_call_id)}
     assert routing == {"memory.restored.server_wide", f"cache.persona_state.{server.disc_id}"}
-    assert f"memory {memory_id} restored" in out.getvalue()
+    assert out.getvalue().splitlines() == [
+        f"memory:                       {memory_id} (server_wide)",
+        f"restored as before revision:  {update['revision_id']}",
+        f"new revision:                 {restored['revision_id']}",
+        "content:                      likes tea",
+    ]
 
 
 async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
@@ -101,10 +106,11 @@ async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
     assert invalidation.cache == "user" and invalidation.key == owner_disc
 
 
-async def test_restore_of_an_unknown_revision_fails_clearly(settings: Settings) -> None:
-    out = io.StringIO()
-    assert await restore(settings, 2**40, out=out) == 1
-    assert "no revision" in out.getvalue()
+async def test_restore_of_an_unknown_revision_is_not_found(settings: Settings) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert await restore(settings, 2**40, out=out, err=err) == 3
+    assert err.getvalue() == f"ltm memory restore: no revision {2**40}\n"
+    assert out.getvalue() == ""
 
 
 async def test_history_lists_revisions_oldest_first(
@@ -117,31 +123,68 @@ async def test_history_lists_revisions_oldest_first(
     server = await world.server()
     persona = await world.persona(server)
     memory_id = await world.server_memory(persona, "one")
-    out = io.StringIO()
-    assert await print_history(settings, memory_id, out=out) == 1
-    assert "no revisions" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert await print_history(settings, memory_id, out=out, err=err) == 3
+    assert out.getvalue() == ""
+    assert f"memory {memory_id} has no revisions" in err.getvalue()
+    calls = [
+        tool_call(
+            persona, {"memory_id": memory_id, "memory_content": version}, triggerer_id=snowflake()
+        )
+        for version in ("it's two", 'say "three"\nand more')
+    ]
     async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
-        for version in ("two", "three"):
-            call = tool_call(
-                persona,
-                {"memory_id": memory_id, "memory_content": version},
-                triggerer_id=snowflake(),
-            )
+        for call in calls:
             await publish_tool_call(channel, topology, call)
             await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
-    command = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "worker.cli", "audit", "history", str(memory_id)],
-        env=services.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    revisions = await world.revisions(memory_id)
+
+    finished = await run_ltm(services, "audit", "history", str(memory_id))
+
+    assert finished.code == 0, finished.stderr
+    header, *rows = finished.stdout.splitlines()
+    assert header.split() == [
+        "REVISION", "TIME", "ACTION", "SCOPE", "ACTOR", "TOOL", "CALL", "BEFORE", "AFTER",
+    ]  # fmt: skip
+    assert [row.split()[0] for row in rows] == [str(r["revision_id"]) for r in revisions]
+    before, after = header.index("BEFORE"), header.index("AFTER")
+    # Text as text: no repr quotes, the newline escaped, every row one line.
+    assert [(row[before:after].rstrip(), row[after:]) for row in rows] == [
+        ("one", "it's two"),
+        ("it's two", 'say "three"\\nand more'),
+    ]
+    for row, call in zip(rows, calls, strict=True):
+        assert row[header.index("TOOL CALL") :].startswith(call.tool_call_id)
+        assert row[header.index("ACTION") :].startswith("updated  server_wide")
+    assert "None" not in finished.stdout
+
+
+async def test_history_as_json_has_the_contents_whole(
+    channel: AbstractChannel,
+    topology: Topology,
+    world: World,
+    settings: Settings,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "x" * 300)
+    call = tool_call(
+        persona, {"memory_id": memory_id, "memory_content": ""}, triggerer_id=snowflake()
     )
-    assert command.returncode == 0, command.stderr
-    printed = command.stdout
-    assert "2 revision(s)" in printed
-    assert printed.index("'one'") < printed.index("'two'") < printed.index("'three'")
+    async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
+        await publish_tool_call(channel, topology, call)
+        await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+    out = io.StringIO()
+
+    assert await print_history(settings, memory_id, as_json=True, out=out) == 0
+
+    [revision] = json.loads(out.getvalue())
+    assert revision["memory_id"] == memory_id
+    assert revision["action"] == "deleted"
+    assert revision["content_before"] == "x" * 300
+    assert revision["content_after"] is None
+    assert revision["tool_call_id"] == call.tool_call_id
+    assert datetime.fromisoformat(revision["occurred_at"]).tzinfo is not None
 
 
 async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing(
@@ -186,12 +229,12 @@ async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing
     assert (audit.content_before, audit.content_after) == ("{user} bakes bread", None)
     assert audit.scope == "target_user" and audit.owner_id == owner_disc
     assert (invalidation.cache, invalidation.key) == ("user", owner_disc)
-    assert f"memory {memory_id} removed" in out.getvalue()
+    assert "(deleted)" in out.getvalue()
 
     again = io.StringIO()
     assert await restore(settings, creation["revision_id"], out=again) == 0
-    assert "nothing to restore" in again.getvalue()
-    assert "does not exist" in again.getvalue()
+    assert "already as before revision" in again.getvalue()
+    assert "(does not exist)" in again.getvalue()
     assert len(await world.revisions(memory_id)) == 2
 
 
@@ -221,6 +264,6 @@ async def test_a_restore_that_would_change_nothing_changes_nothing(
         await publish_tool_call(channel, topology, marker)
         await tap.wait_for(ToolCallCompleted, tool_call_id=marker.tool_call_id)
 
-    assert "nothing to restore" in out.getvalue() and "likes tea" in out.getvalue()
+    assert "already as before revision" in out.getvalue() and "likes tea" in out.getvalue()
     assert len(await world.revisions(memory_id)) == 2
     assert tap.events(MemoryRestored, memory_id=memory_id) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -28,7 +29,13 @@ def free_port() -> int:
 
 @dataclass
 class LtmProcess:
-    """`python -m worker.cli ARGS` with the test run's settings; output goes to a log file."""
+    """`python -m worker.cli ARGS` with the test run's settings; output goes to a log file.
+
+    `piped`: the output goes into a pipe instead, as in `ltm worker 2>&1 | tee log`, and the
+    process leads a process group of its own, as a shell's pipeline does: `close_reader` is
+    the end of the pipeline going away, `interrupt` a Ctrl-C. Read what it printed with
+    `output` now and then: a pipe left full stops the writer.
+    """
 
     services: TestServices
     args: tuple[str, ...]
@@ -36,17 +43,29 @@ class LtmProcess:
     env: dict[str, str] = field(default_factory=dict)
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    module: str = "worker.cli"  # or another entry point, e.g. `infra.run_local` (no ARGS)
+    piped: bool = False
 
     def start(self) -> LtmProcess:
         env = self.services.env(LTM_METRICS_PORT=str(self.metrics_port), **self.env)
         self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", *self.args],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=Path(__file__).resolve().parents[2],
-        )
+        self._reader: int | None = None
+        self._printed = bytearray()
+        command = [sys.executable, "-m", self.module, *self.args]
+        cwd = Path(__file__).resolve().parents[2]
+        if not self.piped:
+            self.process = subprocess.Popen(
+                command, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd
+            )
+            return self
+        self._reader, writer = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                command, env=env, stdout=writer, stderr=writer, cwd=cwd, start_new_session=True
+            )
+        finally:
+            os.close(writer)
+        os.set_blocking(self._reader, False)
         return self
 
     @property
@@ -105,17 +124,48 @@ class LtmProcess:
             return str(response.read().decode())
 
     def output(self) -> str:
+        """What it printed so far (piped: what the pipe held until its reader was closed)."""
+        if self.piped:
+            self._read_pipe()
+            return self._printed.decode(errors="replace")
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _read_pipe(self) -> None:
+        while self._reader is not None:
+            try:
+                chunk = os.read(self._reader, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._printed += chunk
+
+    def close_reader(self) -> None:
+        """The pipe's reader goes away: from now on every write of the process fails (EPIPE)."""
+        self._read_pipe()
+        if self._reader is not None:
+            os.close(self._reader)
+            self._reader = None
+
+    def interrupt(self) -> None:
+        """Ctrl-C in the terminal: SIGINT to every process of the pipeline's group."""
+        assert self.piped, "only a piped process leads a process group of its own"
+        os.killpg(self.pid, signal.SIGINT)
 
     async def logged(self, text: str) -> bool:
         """Whether the output holds `text` yet: a probe for `eventually`."""
         return text in self.output()
 
     def kill(self) -> None:
-        """SIGKILL: no cleanup, no drain, as a crash would."""
-        if self.process is not None and self.process.poll() is None:
+        """SIGKILL: no cleanup, no drain, as a crash would (piped: the whole process group)."""
+        if self.process is None:
+            return
+        if self.piped:
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
+                os.killpg(self.process.pid, signal.SIGKILL)
+        elif self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        self.process.wait(timeout=10)
 
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM, then the exit code."""
@@ -138,4 +188,5 @@ class LtmProcess:
         tb: TracebackType | None,
     ) -> None:
         self.kill()
+        self.close_reader()
         self._log.close()

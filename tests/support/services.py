@@ -27,6 +27,7 @@ __all__ = [
     "TestServices",
     "connection_pids",
     "database_refused",
+    "own_database",
     "rabbitmqctl",
     "refuse_connections",
     "test_services",
@@ -143,6 +144,18 @@ def test_services() -> Iterator[TestServices]:
             amqp_prefix=f"ltmt{run_id}",
             vhost=vhost,
         )
+
+
+@contextmanager
+def own_database(services: TestServices, label: str) -> Iterator[str]:
+    """A migrated database beside the run's shared one, dropped after the block: for rows with
+    fixed ids (the demo's), which would collide with other tests' in the shared database."""
+    url = with_database_name(services.database_url, f"ltm_test_{services.run_id}_{label}")
+    migrate(url)
+    try:
+        yield url
+    finally:
+        drop_database(url)
 
 
 @asynccontextmanager

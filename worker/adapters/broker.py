@@ -21,8 +21,16 @@ import aiormq
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
+from pamqp.common import FieldTable
 
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, Event, Topology, encode_event
+from contracts import (
+    CONTENT_TYPE,
+    REPLAYED_HEADER,
+    SCHEMA_VERSION,
+    Event,
+    Topology,
+    encode_event,
+)
 from infra.cancellation import being_cancelled
 from worker.adapters.outbox import OutboxRow
 
@@ -74,14 +82,15 @@ class EventPublisher:
         """All at once, each confirmed; raises if any was not."""
         await asyncio.gather(*(self.publish_row(row) for row in rows))
 
-    async def publish_event(self, event: Event, routing_key: str, ttl_ms: int | None) -> None:
-        """Straight to the broker, for what the database could not hold (or holds already)."""
-        await self._publish(
-            self._events,
-            encode_event(event),
-            routing_key,
-            event_properties(str(event.event_id), event.event_type, event.correlation_id, ttl_ms),
+    async def publish_event(
+        self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False
+    ) -> None:
+        """Straight to the broker, for what the database could not hold (or holds already:
+        `replayed`, an answer repeated from the idempotency record)."""
+        properties = event_properties(
+            str(event.event_id), event.event_type, event.correlation_id, ttl_ms, replayed=replayed
         )
+        await self._publish(self._events, encode_event(event), routing_key, properties)
 
     async def dead_letter(self, message: DeliveredMessage, reason: str) -> None:
         """Republishes the delivery as it came, with why and when, to the dead-letter exchange.
@@ -143,9 +152,18 @@ async def confirming_channel(
 
 
 def event_properties(
-    event_id: str, event_type: str, correlation_id: str | None, ttl_ms: int | None
+    event_id: str,
+    event_type: str,
+    correlation_id: str | None,
+    ttl_ms: int | None,
+    *,
+    replayed: bool = False,
 ) -> Basic.Properties:
-    """The basic properties of an event (CONTRACT.md), time to live included."""
+    """The basic properties of an event (CONTRACT.md), time to live included; `replayed`
+    marks an answer repeated from the idempotency record."""
+    headers: FieldTable = {"schema_version": SCHEMA_VERSION}
+    if replayed:
+        headers[REPLAYED_HEADER] = True
     return Basic.Properties(
         content_type=CONTENT_TYPE,
         delivery_mode=2,
@@ -153,7 +171,7 @@ def event_properties(
         correlation_id=correlation_id,
         message_type=event_type,
         timestamp=datetime.now(UTC),
-        headers={"schema_version": SCHEMA_VERSION},
+        headers=headers,
         # Milliseconds, as a string; the broker wants at least one.
         expiration=None if ttl_ms is None else str(max(ttl_ms, 1)),
     )

@@ -6,6 +6,9 @@ the first event that occurred after the tail began (under steady traffic it woul
 idle). Before the first delivery it waits longer: a stream consumer takes a moment to attach,
 and from `first` or `last` a stream known to be non-empty owes at least one delivery. A lost
 broker connection ends the tail, with or without `--follow`, with exit code 1.
+
+The stream offset `last` is the start of the stream's last chunk, which may hold many events:
+the tail prints only the chunk's final event (then, with `--follow`, what comes after).
 """
 
 from __future__ import annotations
@@ -38,9 +41,18 @@ from contracts import (
     decode_event,
 )
 from infra.settings import Settings
+from worker.ops.output import (
+    ABSENT,
+    ExitCode,
+    shown_content,
+    shown_text,
+    shown_time,
+    text_width,
+)
 
 __all__ = [
     "IDLE_S",
+    "TAIL_HEADER",
     "StreamStart",
     "event_line",
     "parse_start",
@@ -57,9 +69,10 @@ ATTACH_S: Final = 2.0
 # Before the first delivery of a stream known to hold something, read from first or last.
 OWED_S: Final = 10.0
 PREFETCH: Final = 200
+# The broker sends a chunk's events in one burst: a pause this long ends the chunk.
+CHUNK_GAP_S: Final = 0.3
 # The time of an event that carries none: later than any start, so a TIME start keeps it.
 _UNKNOWN_TIME: Final = datetime.max.replace(tzinfo=UTC)
-CONTENT_PREVIEW: Final = 48
 
 
 class BadStart(ValueError):
@@ -79,7 +92,7 @@ def parse_start(text: str) -> StreamStart:
     except ValueError:
         raise BadStart(
             f"--from must be first, last, or a time such as 2025-01-31T12:00:00Z "
-            f"or '2025-01-31 12:00' (UTC); got {text!r}"
+            f"or '2025-01-31 12:00' (UTC), not {text}"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
@@ -87,8 +100,8 @@ def parse_start(text: str) -> StreamStart:
 async def run_command(settings: Settings, args: argparse.Namespace) -> int:
     """`ltm audit tail …`, as `worker.cli` parsed it."""
     if args.audit_command != "tail":
-        print(f"unknown audit action {args.audit_command!r}", file=sys.stderr)
-        return 2
+        print(f"unknown audit action {args.audit_command}", file=sys.stderr)
+        return ExitCode.USAGE
     return await tail_audit(settings, args.start, follow=args.follow, as_json=args.as_json)
 
 
@@ -114,7 +127,7 @@ async def tail_audit(
         origin = parse_start(start)
     except BadStart as error:
         print(error, file=err)
-        return 2
+        return ExitCode.USAGE
     # A caller's own event (tests, an embedding process) replaces the signal handlers.
     on_signals = stop is None
     stop = stop or asyncio.Event()
@@ -135,17 +148,18 @@ async def tail_audit(
                 await tail.run(deliveries, holds_events)
     except ChannelNotFoundEntity:
         print(f"{topology.audit_stream} does not exist: run `ltm topology` first", file=err)
-        return 1
+        return ExitCode.FAILED
     finally:
         broken = lost.is_set()
         await connection.close()
     if broken:
         print("the broker connection was lost; the tail ended early", file=err)
-        return 1
-    return 0
+        return ExitCode.FAILED
+    tail.say_if_empty(topology.audit_stream)
+    return ExitCode.OK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Tail:
     """One `audit tail` run: where it starts, how it prints, when it stops."""
 
@@ -156,51 +170,106 @@ class _Tail:
     idle_s: float
     out: TextIO
     err: TextIO
+    printed: int = 0
 
     async def run(
         self, deliveries: asyncio.Queue[AbstractIncomingMessage], holds_events: bool
     ) -> None:
+        began = datetime.now(UTC)
         # Without --follow: what the stream held when the tail began, and no more.
-        began = None if self.follow else datetime.now(UTC)
+        window_end = None if self.follow else began
+        # The offset `last` is the stream's last chunk, which may hold many events: each is
+        # held back until the next shows it was not the last. The chunk is over at an event
+        # newer than the tail, or at a pause in the burst the broker sends a chunk in.
+        in_last_chunk = self.origin == "last"
+        held: _Delivery | None = None
         seen_any = False
         while not self.stop.is_set():
-            patience = None if self.follow else self._patience(seen_any, holds_events)
+            patience = CHUNK_GAP_S if held is not None else self._patience(seen_any, holds_events)
             message = await _next_or_stop(deliveries, self.stop, patience)
             if message is None:
-                return
-            try:
-                event: Event | None = decode_event(message.body)
-                problem = ""
-            except InvalidEnvelope as error:
-                event, problem = None, str(error)
-            occurred = _occurred_at(event, message)
-            # An event of unknown time is printed, not taken for one that came after.
-            if began is not None and began < occurred < _UNKNOWN_TIME:
-                return
+                if held is not None and not self.stop.is_set():
+                    await self._release(held)
+                    in_last_chunk, held = False, None
+                    continue
+                break
+            delivery = _Delivery.of(message)
             seen_any = True
+            if in_last_chunk:
+                if not began < delivery.occurred < _UNKNOWN_TIME:
+                    if held is not None:
+                        await held.message.ack()
+                    held = delivery
+                    continue
+                await self._release(held)
+                in_last_chunk, held = False, None
+            # An event of unknown time is printed, not taken for one that came after.
+            if window_end is not None and window_end < delivery.occurred < _UNKNOWN_TIME:
+                break
             # A timestamp offset starts at the chunk holding that time: skip its earlier events.
-            if not (isinstance(self.origin, datetime) and occurred < self.origin):
-                self._print(message, event, problem)
+            if not (isinstance(self.origin, datetime) and delivery.occurred < self.origin):
+                self._print(delivery)
             await message.ack()
+        await self._release(held)
 
-    def _patience(self, seen_any: bool, holds_events: bool) -> float:
+    async def _release(self, held: _Delivery | None) -> None:
+        """Prints the event held back as the last one, if any."""
+        if held is not None:
+            self._print(held)
+            await held.message.ack()
+
+    def _patience(self, seen_any: bool, holds_events: bool) -> float | None:
+        if self.follow:
+            return None
         if seen_any:
             return self.idle_s
         if holds_events and self.origin in ("first", "last"):
             return max(self.idle_s, OWED_S)
         return max(self.idle_s, ATTACH_S)
 
-    def _print(self, message: AbstractIncomingMessage, event: Event | None, problem: str) -> None:
+    def _print(self, delivery: _Delivery) -> None:
         if self.as_json:
-            line = _json_line(message.body)
+            line = _json_line(delivery.message.body)
             if line is None:
-                print(f"offset {_offset(message)}: not JSON, skipped ({problem})", file=self.err)
+                print(
+                    f"offset {_offset(delivery.message)}: not JSON, skipped ({delivery.problem})",
+                    file=self.err,
+                )
                 return
-        elif event is None:
-            line = f"{_time(message.timestamp)}  ?  {message.routing_key}  ({problem})"
         else:
-            line = event_line(event)
+            if not self.printed:
+                print(TAIL_HEADER, file=self.out)
+            line = (
+                _unreadable_line(delivery) if delivery.event is None else event_line(delivery.event)
+            )
         print(line, file=self.out, flush=True)
+        self.printed += 1
+
+    def say_if_empty(self, stream: str) -> None:
+        """In text mode, a line for a window without events, where a person expects one."""
+        if self.printed or self.as_json or self.follow:
+            return
+        since = (
+            f" at or after {shown_time(self.origin)}" if isinstance(self.origin, datetime) else ""
+        )
+        print(f"no events in {stream}{since}", file=self.out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    message: AbstractIncomingMessage
+    event: Event | None
+    problem: str
+    occurred: datetime
+
+    @classmethod
+    def of(cls, message: AbstractIncomingMessage) -> _Delivery:
+        try:
+            event: Event | None = decode_event(message.body)
+            problem = ""
+        except InvalidEnvelope as error:
+            event, problem = None, str(error)
+        return cls(message, event, problem, _occurred_at(event, message))
 
 
 async def _next_or_stop(
@@ -221,46 +290,82 @@ async def _next_or_stop(
     return None
 
 
+def _columns(*cells: str) -> str:
+    """One line of the tail: fixed widths (a stream's widest cell is never known), so that a
+    longer cell pushes only its own line."""
+    padded = [
+        cell + " " * (width - text_width(cell))
+        for cell, (_, width) in zip(cells[:-1], _TAIL_COLUMNS, strict=False)
+    ]
+    return "  ".join([*padded, cells[-1]])
+
+
+_TAIL_COLUMNS: Final = (
+    ("TIME", 24),
+    ("EVENT", 19),
+    ("MEMORY", 8),
+    ("REVISION", 8),
+    ("TOOL CALL", 36),
+    ("DETAILS", 0),
+)
+TAIL_HEADER: Final = _columns(*(name for name, _ in _TAIL_COLUMNS))
+
+
 def event_line(event: Event) -> str:
-    """One readable line: time, event type, tool call, then what the event is about."""
-    parts = [_time(event.occurred_at), f"{event.event_type:<19}"]
-    tool_call_id = event.correlation_id
-    parts.append(f"call={tool_call_id}" if tool_call_id else "call=-")
-    parts.extend(_details(event))
-    return "  ".join(parts)
+    """One line under `TAIL_HEADER`: time, event type, memory, revision, tool call, then what
+    else the event says."""
+    memory_id: int | None = None
+    revision_id: int | None = None
+    if isinstance(event, MemoryChanged):
+        memory_id, revision_id = event.memory_id, event.revision_id
+    elif isinstance(event, ToolCallCompleted):
+        memory_id = event.data.memory_id
+    return _columns(
+        shown_time(event.occurred_at, "milliseconds"),
+        event.event_type,
+        ABSENT if memory_id is None else str(memory_id),
+        ABSENT if revision_id is None else str(revision_id),
+        shown_text(event.correlation_id),
+        " ".join(_details(event)),
+    )
+
+
+def _unreadable_line(delivery: _Delivery) -> str:
+    message = delivery.message
+    return _columns(
+        shown_time(message.timestamp, "milliseconds"),
+        "(not an event)",
+        ABSENT,
+        ABSENT,
+        shown_text(message.correlation_id),
+        f"routing key {message.routing_key}: {shown_text(delivery.problem)}",
+    )
 
 
 def _details(event: Event) -> Iterator[str]:
     if isinstance(event, MemoryChanged):
-        yield f"{event.scope} #{event.memory_id}"
-        yield f"rev={event.revision_id}"
+        yield event.scope
         yield f"guild={event.guild_id or 'dm'}"
         if event.owner_id:
             yield f"owner={event.owner_id}"
-        yield f"actor={event.actor_id}"
-        after = "(deleted)" if event.content_after is None else _preview(event.content_after)
-        yield f"{_preview(event.content_before)} → {after}"
+        yield f"actor={shown_text(event.actor_id)}"
+        yield f"before: {shown_content(event.content_before)}"
+        yield f"after: {shown_content(event.content_after)}"
     elif isinstance(event, ToolCallCompleted):
-        yield f"{event.status.value}"
+        yield event.status.value
+        if event.data.scope is not None:
+            yield event.data.scope
         yield f"shard={event.shard_id}"
-        if event.data.memory_id is not None:
-            yield f"{event.data.scope or '-'} #{event.data.memory_id}"
     elif isinstance(event, EmbedRequested):
-        yield f"{event.kind}"
+        yield event.kind
         yield f"channel={event.channel_id}"
         yield f"shard={event.shard_id}"
     elif isinstance(event, CacheInvalidate):
-        yield f"{event.cache}={event.key}"
+        yield f"cache={event.cache}"
+        yield f"key={event.key}"
     elif isinstance(event, ToolCallRequested):
-        yield f"{event.tool_name}"
+        yield shown_text(event.tool_name)
         yield f"guild={event.context.guild_id or 'dm'}"
-
-
-def _preview(content: str) -> str:
-    flat = " ".join(content.split())
-    if len(flat) > CONTENT_PREVIEW:
-        flat = flat[: CONTENT_PREVIEW - 1] + "…"
-    return f'"{flat}"'
 
 
 def _json_line(body: bytes) -> str | None:
@@ -278,12 +383,6 @@ def _occurred_at(event: Event | None, message: AbstractIncomingMessage) -> datet
     if stamp is None:
         return _UNKNOWN_TIME
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
-
-
-def _time(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _offset(message: AbstractIncomingMessage) -> int:

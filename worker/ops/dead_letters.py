@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -25,16 +26,19 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
-from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError
+from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError, PublishError
 
 from contracts import Topology, worker_queue_arguments
 from infra.settings import Settings
 from worker.adapters.broker import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
+from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
 
 __all__ = [
+    "DEAD_LETTER_HEADER",
     "DELIVERY_PATIENCE_S",
     "DeadLetter",
     "DeadLetterSource",
+    "dead_letter_rows",
     "describe",
     "inspect_dead_letters",
     "list_dead_letters",
@@ -137,17 +141,18 @@ def replay_message(message: AbstractIncomingMessage) -> aio_pika.Message:
 
 async def run_command(settings: Settings, args: argparse.Namespace) -> int:
     """`ltm dlq ACTION`, as `worker.cli` parsed it."""
+    as_json = bool(args.as_json)
     match args.dlq_command:
         case "list":
-            return await list_dead_letters(settings)
+            return await list_dead_letters(settings, as_json=as_json)
         case "replay":
             return await replay_dead_letters(
-                settings, event_id=args.event_id, replay_all=bool(args.all)
+                settings, event_id=args.event_id, replay_all=bool(args.all), as_json=as_json
             )
         case "purge":
-            return await purge_dead_letters(settings, yes=bool(args.yes))
-    print(f"unknown dlq action {args.dlq_command!r}", file=sys.stderr)
-    return 2
+            return await purge_dead_letters(settings, yes=bool(args.yes), as_json=as_json)
+    print(f"unknown dlq action {args.dlq_command}", file=sys.stderr)
+    return ExitCode.USAGE
 
 
 async def inspect_dead_letters(
@@ -166,23 +171,56 @@ async def inspect_dead_letters(
 async def list_dead_letters(
     settings: Settings,
     *,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> int:
-    """`ltm dlq list`: prints a table of the dead letters; exit code 0, 1 when there is no queue."""
+    """`ltm dlq list`: a table of the dead letters, or a JSON array of them; exit code 0, 1
+    when there is no queue."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
         entries, total = await inspect_dead_letters(settings, limit=limit)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
-    if not entries:
+    shown = f"the first {len(entries)} of {total}" if total > len(entries) else f"{len(entries)}"
+    if as_json:
+        print(json_document([dataclasses.asdict(entry) for entry in entries]), file=out)
+        if total > len(entries):
+            print(f"{shown} dead-lettered message(s) listed", file=err)
+    elif not entries:
         print(f"{Topology(settings.amqp_prefix).dead_letter_queue} is empty", file=out)
-        return 0
-    _print_table(entries, out)
-    shown = f"{len(entries)} of {total}" if total > len(entries) else f"{len(entries)}"
-    print(f"{shown} dead-lettered message(s)", file=out)
-    return 0
+    else:
+        print_table(DEAD_LETTER_HEADER, dead_letter_rows(entries), out)
+        print(f"{shown} dead-lettered message(s)", file=out)
+    return ExitCode.OK
+
+
+DEAD_LETTER_HEADER: Final = (
+    "EVENT ID",
+    "TOOL CALL",
+    "FAILED AT",
+    "ATTEMPTS",
+    "ROUTING KEY",
+    "SOURCE",
+    "REASON",
+)
+
+
+def dead_letter_rows(entries: Sequence[DeadLetter]) -> list[tuple[str, ...]]:
+    """The rows of `ltm dlq list`, one per dead letter, under `DEAD_LETTER_HEADER`."""
+    return [
+        (
+            shown_text(entry.event_id),
+            shown_text(entry.tool_call_id),
+            shown_time(entry.failed_at),
+            ABSENT if entry.attempts is None else str(entry.attempts),
+            shown_text(entry.routing_key or None),
+            entry.source,
+            shown_text(entry.reason),
+        )
+        for entry in entries
+    ]
 
 
 async def replay_dead_letters(
@@ -190,17 +228,18 @@ async def replay_dead_letters(
     *,
     event_id: str | None = None,
     replay_all: bool = False,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> int:
     """`ltm dlq replay --id EVENT_ID | --all`: republishes to `<prefix>.tool_calls` with the
     original routing key and properties; each dead-letter copy is acked only after the
-    broker confirmed its replay. Exit code 1 for an unknown id or a failed replay."""
+    broker confirmed its replay. Exit code 1 for a failed replay, 3 for an unknown id."""
     out, err = out or sys.stdout, err or sys.stderr
     if (event_id is None) == (not replay_all):
         print("give either an event id or replay_all", file=err)
-        return 2
+        return ExitCode.USAGE
     topology = Topology(settings.amqp_prefix)
     try:
         async with (
@@ -209,18 +248,22 @@ async def replay_dead_letters(
         ):
             queue = await _dead_letter_queue(channel, topology)
             exchange = await channel.get_exchange(topology.tool_calls_exchange)
-            replayer = _Replayer(exchange, topology, out, err)
+            replayer = _Replayer(exchange, topology)
             if event_id is not None:
-                return await replayer.one(queue, event_id, limit)
-            return await replayer.everything(queue)
+                report = await replayer.one(queue, event_id, limit)
+            else:
+                report = await replayer.everything(queue)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
+    report.show(topology, exchange.name, as_json=as_json, out=out, err=err)
+    return report.exit_code
 
 
 async def purge_dead_letters(
     settings: Settings,
     *,
     yes: bool = False,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
     stdin: TextIO | None = None,
@@ -228,24 +271,105 @@ async def purge_dead_letters(
     """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`.
     Exit code 1 when the answer is not yes (or stdin is closed)."""
     out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
+    # With --json stdout holds the JSON alone: the question and the notes go to stderr.
+    notes = err if as_json else out
     topology = Topology(settings.amqp_prefix)
+    removed, code = 0, ExitCode.OK
     try:
         async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
             queue = await _dead_letter_queue(channel, topology)
             count = _message_count(queue)
-            if count == 0:
-                print(f"{topology.dead_letter_queue} is empty", file=out)
-                return 0
             question = f"remove {count} dead-lettered message(s) from {queue.name}? [y/N] "
-            if not yes and not await _confirmed(question, out, stdin):
+            if count == 0:
+                print(f"{topology.dead_letter_queue} is empty", file=notes)
+            elif not yes and not await _confirmed(question, notes, stdin):
                 # Not 0: a script that ran it without --yes must not take it as done.
-                print("nothing removed (answer y, or pass --yes)", file=out)
-                return 1
-            purged = await queue.purge()
+                print("nothing removed (answer y, or pass --yes)", file=notes)
+                code = ExitCode.FAILED
+            else:
+                removed = int((await queue.purge()).message_count or 0)
+                print(f"removed {removed} dead-lettered message(s)", file=notes)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
-    print(f"removed {purged.message_count} dead-lettered message(s)", file=out)
-    return 0
+    if as_json:
+        print(json_document({"removed": removed}), file=out)
+    return code
+
+
+@dataclass(frozen=True, slots=True)
+class _Replayed:
+    """One dead letter sent back, or the reason it was not (`error`)."""
+
+    entry: DeadLetter
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _ReplayReport:
+    """What a replay did, printed once it is over."""
+
+    replays: list[_Replayed]
+    total: int
+    unknown_id: str | None = None
+    # `--all`: ends with how many of the queue's messages went back.
+    whole_queue: bool = False
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.unknown_id is not None:
+            return ExitCode.NOT_FOUND
+        replayed = sum(replay.error is None for replay in self.replays)
+        return ExitCode.OK if replayed == self.total else ExitCode.FAILED
+
+    def show(
+        self, topology: Topology, exchange: str, *, as_json: bool, out: TextIO, err: TextIO
+    ) -> None:
+        for replay in self.replays:
+            entry = replay.entry
+            if replay.error is not None:
+                print(
+                    f"could not replay {entry.event_id}: {replay.error}; it stays dead-lettered",
+                    file=err,
+                )
+            elif not as_json:
+                print(
+                    f"replayed {entry.event_id} (tool call {shown_text(entry.tool_call_id)}) "
+                    f"to {exchange} with routing key {entry.routing_key}",
+                    file=out,
+                )
+        replayed = [replay.entry for replay in self.replays if replay.error is None]
+        not_reached = self.total - len(self.replays)
+        if self.unknown_id is not None:
+            print(
+                f"no dead-lettered message with event id {self.unknown_id} "
+                f"({self.total} message(s) looked at)",
+                file=err,
+            )
+        elif self.whole_queue:
+            note = f"; {not_reached} not reached, run it again" if not_reached else ""
+            summary = f"replayed {len(replayed)} of {self.total} dead-lettered message(s){note}"
+            if self.total == 0:
+                summary = f"{topology.dead_letter_queue} is empty"
+            print(summary, file=err if as_json else out)
+        if as_json:
+            document = {
+                "replayed": [_replay_fields(entry) for entry in replayed],
+                "failed": [
+                    {**_replay_fields(replay.entry), "error": replay.error}
+                    for replay in self.replays
+                    if replay.error is not None
+                ],
+                "not_reached": not_reached,
+            }
+            print(json_document(document), file=out)
+
+
+def _replay_fields(entry: DeadLetter) -> dict[str, str | None]:
+    return {
+        "event_id": entry.event_id,
+        "tool_call_id": entry.tool_call_id,
+        "routing_key": entry.routing_key,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,33 +378,23 @@ class _Replayer:
 
     exchange: AbstractExchange
     topology: Topology
-    out: TextIO
-    err: TextIO
 
-    async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> int:
+    async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> _ReplayReport:
         total = _message_count(queue)
         held = await _hold(queue, min(total, limit))
         # At-least-once dead-lettering may have stored a message twice: replay every copy.
         matches = [m for m in held if describe(m, self.topology).event_id == event_id]
         if not matches:
-            looked = f"the first {len(held)} of {total}" if total > len(held) else f"{len(held)}"
-            print(
-                f"no dead-lettered message with event id {event_id} "
-                f"({looked} message(s) looked at)",
-                file=self.err,
-            )
-            return 1
-        replayed = [await self.replay(message) for message in matches]
-        return 0 if all(replayed) else 1
+            return _ReplayReport([], len(held), unknown_id=event_id)
+        return _ReplayReport([await self.replay(message) for message in matches], len(matches))
 
-    async def everything(self, queue: AbstractQueue) -> int:
+    async def everything(self, queue: AbstractQueue) -> _ReplayReport:
         # Only what is there now: a replayed call the worker dead-letters again joins the
         # queue's tail and must not be replayed a second time in this run.
         total = _message_count(queue)
         if total == 0:
-            print(f"{self.topology.dead_letter_queue} is empty", file=self.out)
-            return 0
-        results: list[asyncio.Task[bool]] = []
+            return _ReplayReport([], 0, whole_queue=True)
+        results: list[asyncio.Task[_Replayed]] = []
 
         def confirms_pending() -> bool:
             return any(not task.done() for task in results)
@@ -290,30 +404,23 @@ class _Replayer:
                 queue, total, prefetch=REPLAY_WINDOW, waiting_for_acks=confirms_pending
             ):
                 results.append(replays.create_task(self.replay(message)))
-        replayed = sum(task.result() for task in results)
-        left = total - len(results)
-        note = f"; {left} not reached, run it again" if left else ""
-        print(f"replayed {replayed} of {total} dead-lettered message(s){note}", file=self.out)
-        return 0 if replayed == total else 1
+        return _ReplayReport([task.result() for task in results], total, whole_queue=True)
 
-    async def replay(self, message: AbstractIncomingMessage) -> bool:
+    async def replay(self, message: AbstractIncomingMessage) -> _Replayed:
         entry = describe(message, self.topology)
         try:
             await self.exchange.publish(replay_message(message), routing_key=entry.routing_key)
         except DeliveryError as error:
             # Unconfirmed or unroutable: the dead-letter copy stays where it is.
-            print(
-                f"could not replay {entry.event_id}: {error!r}; it stays dead-lettered",
-                file=self.err,
-            )
-            return False
+            return _Replayed(entry, _refusal(error, entry.routing_key))
         await message.ack()
-        print(
-            f"replayed {entry.event_id} (tool call {entry.tool_call_id}) to "
-            f"{self.exchange.name} with routing key {entry.routing_key}",
-            file=self.out,
-        )
-        return True
+        return _Replayed(entry)
+
+
+def _refusal(error: DeliveryError, routing_key: str) -> str:
+    if isinstance(error, PublishError):
+        return f"the broker returned it: no queue is bound for routing key {routing_key}"
+    return f"the broker did not confirm it ({type(error).__name__})"
 
 
 async def _hold(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
@@ -456,28 +563,3 @@ def _parse_time(value: Any) -> datetime | None:
             return None
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     return None
-
-
-def _format_time(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _print_table(entries: Sequence[DeadLetter], out: TextIO) -> None:
-    header = ("EVENT ID", "TOOL CALL ID", "FAILED AT", "ATTEMPTS", "ROUTING KEY", "REASON")
-    rows = [
-        (
-            entry.event_id or "-",
-            entry.tool_call_id or "-",
-            _format_time(entry.failed_at),
-            "?" if entry.attempts is None else str(entry.attempts),
-            entry.routing_key or "-",
-            f"{entry.source}: {entry.reason}",
-        )
-        for entry in entries
-    ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]), file=out)

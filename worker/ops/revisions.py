@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import uuid
-from typing import TextIO
+from collections.abc import Sequence
+from typing import Final, TextIO
 
 import aio_pika
 
@@ -21,42 +23,77 @@ from worker.adapters.broker import EventPublisher
 from worker.adapters.database import create_engine
 from worker.adapters.outbox import OutboxStore, OutgoingEvent, queue_events
 from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore, UnchangedMemory
+from worker.ops.output import (
+    ExitCode,
+    json_document,
+    print_fields,
+    print_table,
+    shown_content,
+    shown_text,
+    shown_time,
+)
 
-__all__ = ["print_history", "restore", "restore_events"]
+__all__ = ["HISTORY_HEADER", "history_rows", "print_history", "restore", "restore_events"]
 
 log = get_logger("ltm.ops")
 
-
-def _one_line(text: str | None, width: int = 60) -> str:
-    if text is None:
-        return "(deleted)"
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _format(revision: Revision) -> str:
-    when = revision.occurred_at.isoformat(timespec="seconds")
-    return (
-        f"#{revision.revision_id}  {when}  {revision.action:<8}  {revision.scope:<11}"
-        f"  by {revision.actor_disc_id}  ({revision.tool_call_id})\n"
-        f"    before: {revision.content_before!r}\n"
-        f"    after:  {revision.content_after!r}"
-    )
+HISTORY_HEADER: Final = (
+    "REVISION",
+    "TIME",
+    "ACTION",
+    "SCOPE",
+    "ACTOR",
+    "TOOL CALL",
+    "BEFORE",
+    "AFTER",
+)
 
 
-async def print_history(settings: Settings, memory_id: int, *, out: TextIO = sys.stdout) -> int:
+def history_rows(revisions: Sequence[Revision]) -> list[tuple[str, ...]]:
+    """The rows of `ltm audit history`, one per revision, under `HISTORY_HEADER`."""
+    return [
+        (
+            str(revision.revision_id),
+            shown_time(revision.occurred_at),
+            revision.action,
+            revision.scope,
+            shown_text(revision.actor_disc_id),
+            shown_text(revision.tool_call_id),
+            shown_content(revision.content_before),
+            shown_content(revision.content_after),
+        )
+        for revision in revisions
+    ]
+
+
+async def print_history(
+    settings: Settings,
+    memory_id: int,
+    *,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`ltm audit history MEMORY_ID`: a table of the revisions, or a JSON array of them.
+    Exit code 0; 3 when the memory has none."""
+    out, err = out or sys.stdout, err or sys.stderr
     engine = create_engine(settings.sqlalchemy_url, pool_size=1)
     try:
         revisions = await RevisionStore(engine).history(memory_id)
     finally:
         await engine.dispose()
+    if as_json:
+        print(json_document([dataclasses.asdict(revision) for revision in revisions]), file=out)
+    elif revisions:
+        print_table(HISTORY_HEADER, history_rows(revisions), out)
     if not revisions:
-        print(f"memory {memory_id} has no revisions", file=out)
-        return 1
-    print(f"memory {memory_id}: {len(revisions)} revision(s), oldest first", file=out)
-    for revision in revisions:
-        print(_format(revision), file=out)
-    return 0
+        print(
+            f"memory {memory_id} has no revisions: "
+            "there is no such memory, or it was never changed",
+            file=err,
+        )
+        return ExitCode.NOT_FOUND
+    return ExitCode.OK
 
 
 def restore_events(restored: RestoredMemory) -> list[OutgoingEvent]:
@@ -93,12 +130,20 @@ def restore_events(restored: RestoredMemory) -> list[OutgoingEvent]:
 
 
 async def restore(
-    settings: Settings, revision_id: int, *, actor: str = "cli", out: TextIO = sys.stdout
+    settings: Settings,
+    revision_id: int,
+    *,
+    actor: str = "cli",
+    as_json: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """Commits the content, its revision and its events together, then publishes the events.
 
     If publishing fails after the commit, a running worker's outbox sweep publishes them.
+    Exit code 0; 3 when there is no such revision.
     """
+    out, err = out or sys.stdout, err or sys.stderr
     engine = create_engine(settings.sqlalchemy_url, pool_size=1)
     tool_call_id = f"restore:{revision_id}:{uuid.uuid4()}"
     try:
@@ -106,20 +151,11 @@ async def restore(
             revision_id, actor=actor, tool_call_id=tool_call_id
         ) as (restored, connection):
             if restored is None:
-                print(f"no revision {revision_id}", file=out)
-                return 1
+                print(f"ltm memory restore: no revision {revision_id}", file=err)
+                return ExitCode.NOT_FOUND
             if isinstance(restored, UnchangedMemory):
-                state = (
-                    "does not exist"
-                    if restored.content is None
-                    else f"holds {_one_line(restored.content)}"
-                )
-                print(
-                    f"memory {restored.memory_id} already is as it was before revision "
-                    f"{revision_id} (it {state}): nothing to restore",
-                    file=out,
-                )
-                return 0
+                _print_unchanged(restored, revision_id, as_json=as_json, out=out)
+                return ExitCode.OK
             rows = await queue_events(connection, restore_events(restored))
         connection_amqp = await aio_pika.connect(settings.amqp_url)
         async with connection_amqp:
@@ -130,16 +166,54 @@ async def restore(
         await engine.dispose()
     revision = restored.revision
     log.info("memory restored", memory_id=revision.memory_id, tool_call_id=tool_call_id)
-    if revision.content_after is None:
-        print(
-            f"memory {revision.memory_id} removed, as it did not exist before revision "
-            f"{revision_id}: revision {revision.revision_id}",
-            file=out,
-        )
+    if as_json:
+        restored_fields = {
+            "memory_id": revision.memory_id,
+            "scope": revision.scope,
+            "restored_before_revision": revision_id,
+            "revision_id": revision.revision_id,
+            "tool_call_id": revision.tool_call_id,
+            "content": revision.content_after,
+            "changed": True,
+        }
+        print(json_document(restored_fields), file=out)
     else:
-        print(
-            f"memory {revision.memory_id} restored from revision {revision_id} "
-            f"as revision {revision.revision_id}: {_one_line(revision.content_after)}",
-            file=out,
+        print_fields(
+            [
+                ("memory", f"{revision.memory_id} ({revision.scope})"),
+                ("restored as before revision", str(revision_id)),
+                ("new revision", str(revision.revision_id)),
+                ("content", shown_content(revision.content_after, width=None)),
+            ],
+            out,
         )
-    return 0
+    return ExitCode.OK
+
+
+def _print_unchanged(
+    unchanged: UnchangedMemory, revision_id: int, *, as_json: bool, out: TextIO
+) -> None:
+    """A restore that found the memory as it was before the revision: it says so."""
+    if as_json:
+        fields = {
+            "memory_id": unchanged.memory_id,
+            "restored_before_revision": revision_id,
+            "content": unchanged.content,
+            "changed": False,
+        }
+        print(json_document(fields), file=out)
+        return
+    print_fields(
+        [
+            ("memory", str(unchanged.memory_id)),
+            ("already as before revision", str(revision_id)),
+            (
+                "content",
+                "(does not exist)"
+                if unchanged.content is None
+                else shown_content(unchanged.content, width=None),
+            ),
+            ("changed", "nothing: no revision, no event"),
+        ],
+        out,
+    )

@@ -8,14 +8,24 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 
+import aio_pika
 import pytest
-from aio_pika.abc import AbstractChannel
+from aio_pika.abc import AbstractChannel, AbstractConnection
 
-from contracts import MemoryUpdated, Topology, utc_now
+from contracts import (
+    CacheInvalidate,
+    MemoryUpdated,
+    Topology,
+    amqp_properties,
+    audit_routing_key,
+    encode_event,
+    utc_now,
+)
 from infra.settings import Settings
 from tests.integration.ops.seeding import memory_updated, publish_event
 from tests.support.waiting import eventually
 from worker.ops.audit_stream import event_line, parse_start, tail_audit
+from worker.ops.output import shown_time
 
 # Generous: a tail that did not stop on its own fails here instead of hanging the run.
 TAIL_DEADLINE_S = 30.0
@@ -55,14 +65,21 @@ async def test_tail_from_first_prints_every_event_in_order(
 ) -> None:
     events = await _publish(channel, topology, "a", "b", "c")
 
-    lines = await _tail(ops_settings, "first")
+    header, *lines = await _tail(ops_settings, "first")
 
+    assert header.split() == ["TIME", "EVENT", "MEMORY", "REVISION", "TOOL", "CALL", "DETAILS"]
     assert len(lines) == 3
     for line, event in zip(lines, events, strict=True):
-        assert "memory.updated" in line
-        assert f"call={event.tool_call_id}" in line
-        assert f"server_wide #{event.memory_id}" in line
-        assert f'"{event.content_before}" → "{event.content_after}"' in line
+        when, kind, memory, revision, tool_call, *_ = line.split()
+        assert when == shown_time(event.occurred_at, "milliseconds")
+        assert kind == "memory.updated"
+        assert (memory, revision) == (str(event.memory_id), str(event.revision_id))
+        assert tool_call == event.tool_call_id
+        assert f"before: {event.content_before} after: {event.content_after}" in line
+    # Labelled columns line up: each starts where its header does.
+    for column in ("EVENT", "MEMORY", "REVISION", "TOOL CALL", "DETAILS"):
+        start = header.index(column)
+        assert all(line[start - 2 : start] == "  " and line[start] != " " for line in lines)
 
 
 async def test_tail_as_json_prints_each_body_on_one_line(
@@ -94,15 +111,60 @@ async def test_tail_from_a_time_prints_only_later_events(
     ]
 
 
-async def test_tail_from_last_ends_with_the_newest_event(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+async def _publish_as_one_chunk(
+    connection: AbstractConnection, topology: Topology, count: int
 ) -> None:
-    events = await _publish(channel, topology, "a", "b", "c")
+    """Events the stream stores together, as one chunk: the offset `last` starts at its
+    first event."""
+    channel = await connection.channel(publisher_confirms=False)
+    exchange = await channel.get_exchange(topology.events_exchange, ensure=False)
+    # Routed to the stream all at once, at the commit.
+    async with channel.transaction():
+        for n in range(1, count + 1):
+            event = memory_updated(f"tc-chunk-{n}", n, "x", "y")
+            await exchange.publish(
+                aio_pika.Message(encode_event(event), **amqp_properties(event)),
+                routing_key=audit_routing_key("updated", "server_wide"),
+            )
+    await channel.close()
+
+
+async def test_tail_from_last_prints_the_newest_event_alone(
+    ops_settings: Settings, connection: AbstractConnection, topology: Topology
+) -> None:
+    await _publish_as_one_chunk(connection, topology, 10)
+    newest = json.loads((await _tail(ops_settings, "first", as_json=True))[-1])
 
     lines = await _tail(ops_settings, "last", as_json=True)
 
-    assert lines
-    assert json.loads(lines[-1])["event_id"] == str(events[-1].event_id)
+    assert [json.loads(line)["event_id"] for line in lines] == [newest["event_id"]]
+
+
+async def test_tail_follow_from_last_prints_the_newest_event_then_new_ones(
+    ops_settings: Settings,
+    connection: AbstractConnection,
+    channel: AbstractChannel,
+    topology: Topology,
+) -> None:
+    await _publish_as_one_chunk(connection, topology, 10)
+    newest = json.loads((await _tail(ops_settings, "first", as_json=True))[-1])
+    out, stop = io.StringIO(), asyncio.Event()
+    tail = asyncio.create_task(
+        tail_audit(ops_settings, "last", follow=True, as_json=True, out=out, stop=stop)
+    )
+
+    async def printed(count: int) -> list[str] | None:
+        lines = out.getvalue().splitlines()
+        return lines if len(lines) >= count else None
+
+    [first] = await eventually(lambda: printed(1), what="the newest event")
+    (new,) = await _publish(channel, topology, "new")
+    _, second = await eventually(lambda: printed(2), what="the new event")
+    stop.set()
+
+    assert await asyncio.wait_for(tail, TAIL_DEADLINE_S) == 0
+    assert json.loads(first)["event_id"] == newest["event_id"]
+    assert json.loads(second)["event_id"] == str(new.event_id)
 
 
 async def test_tail_exits_on_its_own_once_caught_up(
@@ -111,14 +173,34 @@ async def test_tail_exits_on_its_own_once_caught_up(
     await _publish(channel, topology, "a")
     started = time.monotonic()
 
-    lines = await _tail(ops_settings, "first")
+    lines = await _tail(ops_settings, "first", as_json=True)
 
     assert len(lines) == 1
     assert time.monotonic() - started < 10
 
 
-async def test_tail_of_an_empty_stream_prints_nothing_and_exits(ops_settings: Settings) -> None:
-    assert await _tail(ops_settings, "first") == []
+@pytest.mark.parametrize("start", ["first", "last"])
+async def test_tail_of_an_empty_stream_says_so_and_exits(
+    ops_settings: Settings, topology: Topology, start: str
+) -> None:
+    assert await _tail(ops_settings, start) == [f"no events in {topology.audit_stream}"]
+    assert await _tail(ops_settings, start, as_json=True) == []
+
+
+async def test_tail_from_a_time_after_every_event_says_there_are_none(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    await _publish(channel, topology, "old")
+    start = utc_now()
+    await _clock_passes(start)
+
+    lines = await _tail(ops_settings, start.isoformat())
+
+    assert lines == [
+        f"no events in {topology.audit_stream} at or after "
+        f"{start.isoformat(timespec='seconds').replace('+00:00', 'Z')}"
+    ]
+    assert await _tail(ops_settings, start.isoformat(), as_json=True) == []
 
 
 async def test_follow_prints_new_events_until_stopped(
@@ -170,5 +252,14 @@ def test_event_line_of_a_delete_says_deleted() -> None:
 
     line = event_line(deleted)
 
-    assert '"line one line two" → (deleted)' in line
+    assert "before: line one\\nline two after: (deleted)" in line
     assert "\n" not in line
+
+
+def test_event_line_shows_text_as_text_and_absent_values_as_a_dash() -> None:
+    event = memory_updated("tc-x", 9, "it's", 'say "hi"')
+    cache = CacheInvalidate(cache="user", key="42")
+
+    assert 'before: it\'s after: say "hi"' in event_line(event)
+    assert "None" not in event_line(cache)
+    assert event_line(cache).split()[2:] == ["-", "-", "-", "cache=user", "key=42"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
@@ -73,16 +75,58 @@ async def test_list_shows_both_kinds_and_consumes_nothing(
 
     assert await list_dead_letters(ops_settings, out=out, err=err) == 0
 
-    table = out.getvalue()
+    header, *rows, summary = out.getvalue().splitlines()
+    assert header.split() == [
+        "EVENT", "ID", "TOOL", "CALL", "FAILED", "AT", "ATTEMPTS", "ROUTING", "KEY", "SOURCE",
+        "REASON",
+    ]  # fmt: skip
+    by_call = {row.split()[1]: row for row in rows}
+    assert set(by_call) == {call.tool_call_id for call in seeded.all}
     for call in seeded.all:
-        assert str(call.event_id) in table
-        assert call.tool_call_id in table
-    assert "worker: invalid envelope: context: missing" in table
-    assert "worker: RuntimeError('boom')" in table
-    assert f"broker: delivery_limit (queue {topology.worker_queue})" in table
-    assert "3 dead-lettered message(s)" in table
+        assert by_call[call.tool_call_id].startswith(str(call.event_id))
+    reason = header.index("REASON")
+    assert by_call["tc-invalid"][reason:] == "invalid envelope: context: missing"
+    assert by_call["tc-crashed"][reason:] == "RuntimeError('boom')"
+    assert by_call["tc-exhausted"][reason:] == f"delivery_limit (queue {topology.worker_queue})"
+    source = header.index("SOURCE")
+    assert [by_call[call.tool_call_id][source:].split()[0] for call in seeded.all] == [
+        "worker",
+        "worker",
+        "broker",
+    ]
+    assert summary == "3 dead-lettered message(s)"
     assert err.getvalue() == ""
     await _wait_for_count(channel, topology.dead_letter_queue, 3)
+
+
+async def test_list_as_json_is_one_array_of_the_entries(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, seeded: Seeded
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+
+    assert await list_dead_letters(ops_settings, as_json=True, out=out, err=err) == 0
+
+    listed = {entry["tool_call_id"]: entry for entry in json.loads(out.getvalue())}
+    assert set(listed) == {call.tool_call_id for call in seeded.all}
+    crashed = listed[seeded.crashed.tool_call_id]
+    assert crashed["event_id"] == str(seeded.crashed.event_id)
+    assert (crashed["source"], crashed["reason"]) == ("worker", "RuntimeError('boom')")
+    assert crashed["attempts"] == 3
+    assert crashed["routing_key"] == UPDATE_LONG_TERM_MEMORY
+    assert datetime.fromisoformat(crashed["failed_at"]).tzinfo is not None
+    assert err.getvalue() == ""
+
+
+async def test_list_of_an_empty_queue_says_so_or_prints_an_empty_array(
+    ops_settings: Settings, topology: Topology
+) -> None:
+    text, as_json = io.StringIO(), io.StringIO()
+
+    assert await list_dead_letters(ops_settings, out=text) == 0
+    assert await list_dead_letters(ops_settings, as_json=True, out=as_json) == 0
+
+    assert text.getvalue() == f"{topology.dead_letter_queue} is empty\n"
+    assert json.loads(as_json.getvalue()) == []
 
 
 async def test_inspect_returns_the_entries_as_data(
@@ -168,7 +212,7 @@ async def test_replay_of_an_unknown_id_fails_clearly_and_changes_nothing(
 
     code = await replay_dead_letters(ops_settings, event_id="no-such-event", out=out, err=err)
 
-    assert code == 1
+    assert code == 3
     assert "no dead-lettered message with event id no-such-event" in err.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 3)
     assert await queue_depth(channel, topology.worker_queue) == 0
@@ -187,7 +231,10 @@ async def test_an_unroutable_replay_stays_dead_lettered(
     )
 
     assert code == 1
-    assert "stays dead-lettered" in err.getvalue()
+    assert (
+        f"could not replay {orphan.event_id}: the broker returned it: no queue is bound for "
+        "routing key no_such_tool; it stays dead-lettered"
+    ) in err.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 1)
 
 
@@ -198,7 +245,7 @@ async def test_replay_all_sends_every_one_back(
 
     assert await replay_dead_letters(ops_settings, replay_all=True, out=out) == 0
 
-    assert "replayed 3 of 3" in out.getvalue()
+    assert out.getvalue().splitlines()[-1] == "replayed 3 of 3 dead-lettered message(s)"
     await _wait_for_count(channel, topology.worker_queue, 3)
     await _wait_for_count(channel, topology.dead_letter_queue, 0)
     replayed = await _drain(channel, topology.worker_queue)
@@ -206,6 +253,25 @@ async def test_replay_all_sends_every_one_back(
         str(call.event_id) for call in seeded.all
     }
     assert {message.routing_key for message in replayed} == {UPDATE_LONG_TERM_MEMORY}
+
+
+async def test_replay_all_as_json_is_one_document_of_what_went_back(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, seeded: Seeded
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+
+    assert (
+        await replay_dead_letters(ops_settings, replay_all=True, as_json=True, out=out, err=err)
+        == 0
+    )
+
+    report = json.loads(out.getvalue())
+    assert {entry["event_id"] for entry in report["replayed"]} == {
+        str(call.event_id) for call in seeded.all
+    }
+    assert (report["failed"], report["not_reached"]) == ([], 0)
+    assert err.getvalue() == "replayed 3 of 3 dead-lettered message(s)\n"
+    await _wait_for_count(channel, topology.dead_letter_queue, 0)
 
 
 async def test_purge_with_yes_empties_the_queue(
@@ -216,6 +282,18 @@ async def test_purge_with_yes_empties_the_queue(
     assert await purge_dead_letters(ops_settings, yes=True, out=out) == 0
 
     assert "removed 3 dead-lettered message(s)" in out.getvalue()
+    await _wait_for_count(channel, topology.dead_letter_queue, 0)
+
+
+async def test_purge_as_json_prints_the_count_alone_on_stdout(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, seeded: Seeded
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+
+    assert await purge_dead_letters(ops_settings, yes=True, as_json=True, out=out, err=err) == 0
+
+    assert json.loads(out.getvalue()) == {"removed": 3}
+    assert "removed 3" in err.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 0)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from contracts import TOOL_NAMES, MemoryStatus, ToolCallCompleted
 from infra.database import drop_database, migrate, with_database_name
-from infra.run_local import DEMO
+from infra.run_local import DEMO, load_demo
 from infra.settings import Settings, to_sqlalchemy_url
 from tests.integration.worker.checks import REPLY_TTL_MS
 from tests.support.world import World
@@ -27,7 +27,7 @@ async def demo(settings: Settings) -> AsyncIterator[tuple[MemoryStore, World]]:
     url = with_database_name(settings.database_url, f"ltm_demo_{uuid.uuid4().hex[:10]}")
     migrate(url)
     world = World(url)
-    await world.execute(DEMO.read_text())
+    load_demo(settings.model_copy(update={"database_url": url}))
     store = MemoryStore(create_engine(to_sqlalchemy_url(url), pool_size=1))
     try:
         yield store, world

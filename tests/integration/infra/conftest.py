@@ -1,0 +1,22 @@
+"""Fixtures of the tests of `infra`: our own broker nodes and PostgreSQL instances."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.localnodes import (
+    localnodes_tls,
+    machine_services,
+    postgres_pair,
+    rabbit_cluster,
+)
+
+__all__ = ["localnodes_tls", "machine_services", "postgres_pair", "rabbit_cluster"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "localnodes: starts broker nodes or PostgreSQL instances of its own"
+        " (a session's cluster takes ~20 s); deselect with -m 'not localnodes'",
+    )

@@ -1,0 +1,193 @@
+"""Broker nodes and PostgreSQL instances of the test run's own (`infra.localnodes`).
+
+Opt-in: only tests that name these fixtures start anything. A conftest brings them in with
+`from tests.support.localnodes import rabbit_cluster, ...`. One cluster is shared by the whole
+session (starting three nodes takes ~20 s); tests that break it for good start their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from infra.localnodes import PostgresPair, RabbitCluster, TlsFiles
+from infra.localnodes.host import new_base_dir, remove_if_empty
+from tests.support.services import DEFAULT_DATABASE_URL, rabbitmqctl
+
+__all__ = [
+    "MachineServices",
+    "localnodes_tls",
+    "machine_services",
+    "postgres_pair",
+    "rabbit_cluster",
+    "self_signed_tls",
+    "started_cluster",
+    "started_pair",
+]
+
+
+def _run_prefix() -> str:
+    """Node names of this run (`ltmt1a2b3c1@localhost`): never those of `make cluster` or of
+    another run on the machine."""
+    return f"ltmt{uuid.uuid4().hex[:6]}"
+
+
+def self_signed_tls(folder: Path) -> TlsFiles:
+    """A CA and a server certificate it signed, for `localhost` and 127.0.0.1 (openssl)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = folder / "ca.crt", folder / "ca.key"
+    cert, key, request = folder / "server.crt", folder / "server.key", folder / "server.csr"
+    extensions = folder / "server.ext"
+    extensions.write_text(
+        "subjectAltName = DNS:localhost, IP:127.0.0.1\n"
+        "basicConstraints = critical, CA:FALSE\n"
+        "keyUsage = critical, digitalSignature, keyEncipherment\n"
+        "extendedKeyUsage = serverAuth, clientAuth\n"
+        "subjectKeyIdentifier = hash\n"
+        "authorityKeyIdentifier = keyid, issuer\n"
+    )
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", ca_key,
+             "-out", ca, "-subj", "/CN=ltm test CA",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request,
+             "-subj", "/CN=localhost")  # fmt: skip
+    _openssl("x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+             "-days", "2", "-out", cert, "-extfile", extensions)  # fmt: skip
+    # The PostgreSQL server (user postgres) reads the certificates; its key is copied.
+    for path in (folder, ca, cert):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return TlsFiles(ca=ca, cert=cert, key=key)
+
+
+def _openssl(*args: str | Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+
+
+@contextmanager
+def started_cluster(**plan: Any) -> Iterator[RabbitCluster]:
+    """A cluster of our own (`RabbitCluster.plan` arguments) for the block; stopped and its
+    folders removed however the block ends."""
+    cluster = RabbitCluster.plan(**{"prefix": _run_prefix(), **plan})
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@contextmanager
+def started_pair(**plan: Any) -> Iterator[PostgresPair]:
+    """A PostgreSQL pair (or, with `standby=False`, one instance) of our own for the block."""
+    pair = PostgresPair.plan(**plan)
+    try:
+        yield pair.start()
+    finally:
+        pair.stop()
+
+
+@dataclass(frozen=True)
+class MachineServices:
+    """Who the machine's own broker and database are: pids and start times, and the members
+    of the broker's cluster. Ours must never change them."""
+
+    rabbit_node: str
+    rabbit_pid: str
+    rabbit_cluster: frozenset[str]
+    postgres_pid: int
+    postgres_started: datetime
+
+    @classmethod
+    def now(cls) -> MachineServices:
+        node = _machine_rabbit_node()
+        status = json.loads(rabbitmqctl("-n", node, "status", "--formatter", "json").stdout)
+        cluster = json.loads(
+            rabbitmqctl("-n", node, "cluster_status", "--formatter", "json").stdout
+        )
+        with psycopg.connect(os.environ.get("LTM_DATABASE_URL", DEFAULT_DATABASE_URL)) as db:
+            row = db.execute("SELECT pg_backend_pid(), pg_postmaster_start_time()").fetchone()
+            assert row is not None
+            backend, started = row
+            postmaster = _parent_pid(int(backend))  # while the backend still exists
+        return cls(
+            rabbit_node=node,
+            rabbit_pid=str(status["pid"]),
+            rabbit_cluster=frozenset(cluster["disk_nodes"]) | frozenset(cluster["running_nodes"]),
+            postgres_pid=postmaster,
+            postgres_started=started,
+        )
+
+
+def _machine_rabbit_node() -> str:
+    """The node the machine's service runs: as its `rabbitmq-env.conf` names it, else
+    RabbitMQ's default, rabbit@<short host name>."""
+    env_conf = Path("/etc/rabbitmq/rabbitmq-env.conf")
+    if env_conf.exists():
+        for line in env_conf.read_text().splitlines():
+            key, _, value = line.strip().partition("=")
+            if key in ("NODENAME", "RABBITMQ_NODENAME") and value:
+                return value.strip("'\"")
+    return "rabbit@" + os.uname().nodename.split(".")[0]
+
+
+def _parent_pid(pid: int) -> int:
+    """A backend's parent: the postmaster (the server is on this machine)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("PPid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no parent found for pid {pid}")
+
+
+@pytest.fixture(scope="session")
+def machine_services() -> Iterator[MachineServices]:
+    """The machine's own services as they were before any node of ours started; checked again
+    after every one of ours has stopped (a failure then is an error at teardown)."""
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("no RabbitMQ service on this machine: nothing of its own to protect")
+    before = MachineServices.now()
+    yield before
+    after = MachineServices.now()
+    assert after == before, "the machine's own broker or database changed"
+
+
+@pytest.fixture(scope="session")
+def localnodes_tls() -> Iterator[TlsFiles]:
+    """A CA and a server certificate for our nodes' TLS listeners."""
+    folder = new_base_dir()
+    try:
+        yield self_signed_tls(folder / "tls")
+    finally:
+        shutil.rmtree(folder / "tls", ignore_errors=True)
+        remove_if_empty(folder)
+
+
+@pytest.fixture(scope="session")
+def rabbit_cluster(
+    machine_services: MachineServices, localnodes_tls: TlsFiles
+) -> Iterator[RabbitCluster]:
+    """Three nodes of our own in one cluster, each with a TLS listener too, and a user and
+    virtual host of the cluster's own (in its URLs); shared by the session. A test that kills
+    a node restarts it before it ends."""
+    with started_cluster(
+        size=3, tls=localnodes_tls, user="ltm", password="ltm-secret", vhost="ltm"
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def postgres_pair(machine_services: MachineServices) -> Iterator[PostgresPair]:
+    """A primary with a synchronous standby, shared by the session: tests that fail it over
+    start their own (`started_pair`)."""
+    with started_pair() as pair:
+        yield pair

@@ -1,0 +1,1 @@
+"""The infrastructure helpers on their own: logging."""
