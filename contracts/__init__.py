@@ -74,6 +74,7 @@ from contracts.topology import (
     dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_of_routing_key,
     shard_queue_arguments,
     worker_queue_arguments,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "openai_tools",
     "result_routing_key",
     "rfc3339_utc",
+    "shard_of_routing_key",
     "shard_queue_arguments",
     "utc_now",
     "worker_queue_arguments",

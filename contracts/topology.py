@@ -18,6 +18,7 @@ __all__ = [
     "dead_letter_queue_arguments",
     "embed_routing_key",
     "result_routing_key",
+    "shard_of_routing_key",
     "shard_queue_arguments",
     "worker_queue_arguments",
 ]
@@ -31,6 +32,14 @@ def result_routing_key(shard_id: int) -> str:
 
 def embed_routing_key(shard_id: int) -> str:
     return f"embed.shard.{shard_id}"
+
+
+def shard_of_routing_key(routing_key: str) -> int | None:
+    """The shard a result's or an embed's routing key names; None for any other key."""
+    kind, _, shard = routing_key.partition(".shard.")
+    if kind in ("result", "embed") and shard.isascii() and shard.isdigit():
+        return int(shard)
+    return None
 
 
 def cache_routing_key(cache: str, key: str) -> str:

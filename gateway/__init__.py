@@ -24,6 +24,7 @@ from gateway.directory import (
 from gateway.discord_sender import DiscordSender, RetryPolicy, discord_nonce, is_transient
 from gateway.embeds import to_hikari_embed
 from gateway.memories import MemoryReader, MemorySource
+from gateway.metrics import EmbedFailure, GatewayMetrics
 from gateway.shard_consumer import ResultSink, SeenEvents, ShardConsumer
 from gateway.tool_client import (
     TIMEOUT_STATUS,
@@ -43,9 +44,11 @@ __all__ = [
     "ConsoleSender",
     "Delivery",
     "DiscordSender",
+    "EmbedFailure",
     "EmbedSender",
     "Gateway",
     "GatewayCaches",
+    "GatewayMetrics",
     "InvalidationListener",
     "MemberDirectory",
     "MemberRow",

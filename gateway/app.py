@@ -7,7 +7,8 @@ terminal without one (console mode).
 
 Two ways to run it:
 - `run_gateway(settings, shards, shard_count)`: REST only (`hikari.RESTApp`), until SIGTERM or
-  SIGINT; then it stops consuming, lets in-flight deliveries finish, closes, returns 0.
+  SIGINT; then it stops consuming, lets in-flight deliveries finish, closes, returns 0. It
+  serves `/metrics`, `/healthz` and `/readyz` on `LTM_GATEWAY_METRICS_PORT`.
 - Inside a bot: `gateway = Gateway.for_bot(bot, settings)` (or `Gateway(settings,
   sender=DiscordSender(bot.rest))` and `gateway.attach(bot)`) starts it when the bot starts
   (its shards are the bot's), and stops it when the bot stops, before the bot's REST client
@@ -37,9 +38,11 @@ from gateway.console import ConsoleSender
 from gateway.delivery import EmbedSender
 from gateway.discord_sender import DiscordSender, RetryPolicy
 from gateway.memories import MemoryReader
+from gateway.metrics import GatewayMetrics
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
 from infra.logs import get_logger
+from infra.metrics import serve_metrics
 from infra.settings import Settings
 from infra.topology import declare_topology
 
@@ -63,9 +66,11 @@ async def open_sender(
     *,
     max_retries: int = 3,
     retry_policy: RetryPolicy | None = None,
+    metrics: GatewayMetrics | None = None,
 ) -> AsyncIterator[EmbedSender]:
     """A `DiscordSender` over its own `hikari.RESTApp` when `DISCORD_TOKEN` is set, else the
-    console. `max_retries`: hikari's own retries of a 5xx (0..5; tests use 0)."""
+    console. `max_retries`: hikari's own retries of a 5xx (0..5; tests use 0); `metrics`: where
+    the sender counts failures by cause."""
     if settings.discord_token is None:
         log.info("gateway.console_mode")
         yield ConsoleSender()
@@ -74,7 +79,7 @@ async def open_sender(
     await app.start()
     try:
         async with app.acquire(settings.discord_token.get_secret_value(), "Bot") as rest:
-            yield DiscordSender(rest, policy=retry_policy)
+            yield DiscordSender(rest, policy=retry_policy, metrics=metrics)
     finally:
         await app.close()
 
@@ -96,8 +101,12 @@ class Gateway:
         connection: AbstractRobustConnection | None = None,
         reconnect_interval_s: float | None = None,
         memories: MemoryReader | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         """`shards`: those this process owns; None to decide at `start` (or from the bot).
+
+        `metrics`: where to count results, embeds and invalidations (the sender's too, when
+        it is given them); a registry of its own by default.
 
         `connection`: an AMQP connection to share; without one the gateway opens and closes
         its own (`aio_pika.connect_robust(settings.amqp_url)`), which comes back after a
@@ -123,6 +132,7 @@ class Gateway:
         self._connection = connection
         self._owns_connection = connection is None
         self.reconnect_interval_s = reconnect_interval_s
+        self.metrics = metrics or GatewayMetrics()
         self._tool_client: ToolClient | None = None
         self._shard_consumer: ShardConsumer | None = None
         self._cache_consumer: CacheInvalidationConsumer | None = None
@@ -160,6 +170,11 @@ class Gateway:
         """Whether every `cache.invalidate` published now reaches `caches`: while running and
         connected (the cache queue goes with the connection)."""
         return self._started and self._connected
+
+    @property
+    def ready(self) -> bool:
+        """Started, and connected to the broker (not between a lost connection and the next)."""
+        return self.receives_invalidations
 
     async def start(self, shards: Iterable[int] | None = None) -> None:
         """Connects, declares the topology, and consumes invalidations and the owned shards:
@@ -223,11 +238,15 @@ class Gateway:
         self._channels.append(consume_channel)
         await consume_channel.set_qos(prefetch_count=self.prefetch)
         self._cache_consumer = CacheInvalidationConsumer(
-            consume_channel, self.topology, self.caches, self.instance
+            consume_channel, self.topology, self.caches, self.instance, metrics=self.metrics
         )
         await self._cache_consumer.start()
         self._shard_consumer = ShardConsumer(
-            consume_channel, self.topology, sender=self.sender, results=self._tool_client
+            consume_channel,
+            self.topology,
+            sender=self.sender,
+            results=self._tool_client,
+            metrics=self.metrics,
         )
 
     def _watch(self, connection: AbstractRobustConnection) -> None:
@@ -308,10 +327,16 @@ class Gateway:
         settings: Settings,
         *,
         retry_policy: RetryPolicy | None = None,
+        metrics: GatewayMetrics | None = None,
         **options: Any,
     ) -> Gateway:
-        """A gateway that sends with the bot's REST client and runs with the bot (`attach`)."""
-        gateway = cls(settings, sender=DiscordSender(bot.rest, policy=retry_policy), **options)
+        """A gateway that sends with the bot's REST client and runs with the bot (`attach`).
+
+        Its metrics are `gateway.metrics.registry`, for the bot to serve (`serve_metrics`).
+        """
+        metrics = metrics or GatewayMetrics()
+        sender = DiscordSender(bot.rest, policy=retry_policy, metrics=metrics)
+        gateway = cls(settings, sender=sender, metrics=metrics, **options)
         gateway.attach(bot)
         return gateway
 
@@ -357,7 +382,8 @@ async def run_gateway(
     retry_policy: RetryPolicy | None = None,
     instance: str | None = None,
 ) -> int:
-    """Runs a gateway process for `shards` until SIGTERM or SIGINT (or `stop` is set).
+    """Runs a gateway process for `shards` until SIGTERM or SIGINT (or `stop` is set), with
+    its endpoints on `LTM_GATEWAY_METRICS_PORT` (none when 0).
 
     Returns 0 after a clean stop. The keyword arguments are for tests and tools.
     """
@@ -370,9 +396,21 @@ async def run_gateway(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, stop_event.set)
             handled.append(signum)
+    metrics = GatewayMetrics()
+    gateway: Gateway | None = None
+    endpoint = None
     try:
+        if settings.gateway_metrics_port:
+            # Before connecting: a port in use fails the start at once, with the setting named.
+            endpoint = await serve_metrics(
+                metrics.registry,
+                host=settings.metrics_host,
+                port=settings.gateway_metrics_port,
+                ready=lambda: gateway is not None and gateway.ready,
+                port_setting="LTM_GATEWAY_METRICS_PORT",
+            )
         async with open_sender(
-            settings, max_retries=max_retries, retry_policy=retry_policy
+            settings, max_retries=max_retries, retry_policy=retry_policy, metrics=metrics
         ) as sender:
             gateway = Gateway(
                 settings,
@@ -380,6 +418,7 @@ async def run_gateway(
                 shards=shards,
                 shard_count=shard_count,
                 instance=instance,
+                metrics=metrics,
             )
             await gateway.start()
             try:
@@ -388,6 +427,8 @@ async def run_gateway(
             finally:
                 await gateway.stop()
     finally:
+        if endpoint is not None:
+            await endpoint.cleanup()
         for signum in handled:
             loop.remove_signal_handler(signum)
     return 0

@@ -25,6 +25,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from contracts import CacheInvalidate, CacheName, InvalidEnvelope, Topology, decode_event
 from gateway.inflight import InFlight
+from gateway.metrics import GatewayMetrics
 from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import declare_cache_queue
@@ -155,11 +156,14 @@ class CacheInvalidationConsumer:
         topology: Topology,
         caches: GatewayCaches[Any, Any],
         instance: str,
+        *,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self._channel = channel
         self._topology = topology
         self._caches = caches
         self.instance = instance
+        self._metrics = metrics or GatewayMetrics()
         self._queue: AbstractQueue | None = None
         self._consumer_tag: str | None = None
         self._inflight = InFlight()
@@ -195,6 +199,7 @@ class CacheInvalidationConsumer:
                 await message.reject(requeue=False)
                 return
             dropped = self._caches.invalidate(event.cache, event.key)
+            self._metrics.cache_invalidations.labels(event.cache, str(dropped).lower()).inc()
             log.info(
                 "cache.invalidated",
                 tool_call_id=event.tool_call_id,

@@ -30,6 +30,7 @@ from tenacity import (
 from contracts import EmbedRequested
 from gateway.delivery import Delivery
 from gateway.embeds import to_hikari_embed
+from gateway.metrics import EmbedFailure, GatewayMetrics
 from infra.logs import get_logger
 
 __all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient"]
@@ -68,9 +69,16 @@ def is_transient(error: BaseException) -> bool:
 class DiscordSender:
     """Sends embeds with a started hikari REST client (`RESTApp.acquire(...)` or `bot.rest`)."""
 
-    def __init__(self, rest: hikari.api.RESTClient, *, policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        rest: hikari.api.RESTClient,
+        *,
+        policy: RetryPolicy | None = None,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
         self._rest = rest
         self._policy = policy or RetryPolicy()
+        self._metrics = metrics or GatewayMetrics()
 
     async def send(self, request: EmbedRequested) -> Delivery:
         bound = log.bind(
@@ -108,15 +116,20 @@ class DiscordSender:
                         nonce=discord_nonce(request.event_id),
                     )
         except (hikari.ForbiddenError, hikari.NotFoundError) as error:
+            reason: EmbedFailure = (
+                "forbidden" if isinstance(error, hikari.ForbiddenError) else "not_found"
+            )
+            self._metrics.embed_failed(reason)
             bound.warning(
                 "embed.dropped",
-                reason="forbidden" if isinstance(error, hikari.ForbiddenError) else "not_found",
+                reason=reason,
                 status=int(error.status),
                 discord_code=error.code,
                 discord_message=error.message,
             )
             return Delivery.DROPPED
         except hikari.ClientHTTPResponseError as error:
+            self._metrics.embed_failed("rejected")
             bound.error(
                 "embed.rejected",
                 status=int(error.status),
@@ -129,6 +142,7 @@ class DiscordSender:
                 error, hikari.RateLimitTooLongError | hikari.ComponentStateConflictError
             ):
                 raise
+            self._metrics.embed_failed("unavailable")
             bound.warning("embed.send_failed_requeue", error=repr(error))
             return Delivery.RETRY_LATER
         bound.info("embed.sent", message_id=str(message.id))

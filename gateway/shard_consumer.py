@@ -31,6 +31,7 @@ from contracts import (
 )
 from gateway.delivery import Delivery, EmbedSender
 from gateway.inflight import InFlight
+from gateway.metrics import GatewayMetrics
 from infra.logs import get_logger
 from infra.topology import declare_events_exchange, declare_shard_queue
 
@@ -99,12 +100,14 @@ class ShardConsumer:
         sender: EmbedSender,
         results: ResultSink,
         seen: SeenEvents | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         """`channel` should have a prefetch (QoS) set: it bounds the deliveries in flight."""
         self._channel = channel
         self._topology = topology
         self._sender = sender
         self._results = results
+        self._metrics = metrics or GatewayMetrics()
         self.seen = seen or SeenEvents()
         self._locks = _KeyedLocks()
         self._inflight = InFlight()
@@ -193,7 +196,8 @@ class ShardConsumer:
             await message.ack()
             return
         if isinstance(event, ToolCallCompleted):
-            self._results.resolve(event)
+            waiting = self._results.resolve(event)
+            self._metrics.results.labels(str(waiting).lower()).inc()
             self.seen.add(event.event_id)
             await message.ack()
             return
@@ -221,7 +225,9 @@ class ShardConsumer:
             log.exception(
                 "embed.send_crashed", tool_call_id=event.tool_call_id, event_id=str(event.event_id)
             )
+            self._metrics.embed_failed("crashed")
             outcome = Delivery.DROPPED
+        self._metrics.embeds.labels(outcome.value).inc()
         if outcome is not Delivery.RETRY_LATER:
             # Recorded here, not by the handler: the handler may be gone by now.
             self.seen.add(event.event_id)

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     db_lock_timeout_s: float = Field(default=2.0, gt=0)
     reply_ttl_s: int = Field(default=900, ge=1)
     metrics_port: int = Field(default=9464, ge=0, le=65535)
+    # Where /metrics, /healthz and /readyz listen: this host only unless asked (a container
+    # sets 0.0.0.0 for its scraper and its health check to reach them).
+    metrics_host: str = "127.0.0.1"
 
     # Beyond the contract: how hard one worker process works.
     prefetch: int = Field(default=256, ge=1)
@@ -47,6 +50,8 @@ class Settings(BaseSettings):
     discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
     discord_api_url: str | None = Field(default=None, validation_alias="DISCORD_API_URL")
     persona_cache_ttl_s: float = 600.0
+    # A port of its own: `make run` and most hosts run a worker and a gateway side by side.
+    gateway_metrics_port: int = Field(default=9465, ge=0, le=65535)
     user_cache_ttl_s: float = 1800.0
 
     @property

@@ -23,6 +23,7 @@ def settings(services: TestServices) -> Settings:
         amqp_url=services.amqp_url,
         amqp_prefix=services.amqp_prefix,
         metrics_port=0,
+        gateway_metrics_port=0,
         db_retry_seconds=3.0,
         log_format="console",
     )

@@ -12,10 +12,10 @@ import aio_pika
 
 from contracts import Topology
 from infra.logs import get_logger
+from infra.metrics import serve_metrics
 from infra.settings import Settings
 from infra.topology import declare_topology as declare_broker_topology
 from worker.adapters.database import MemoryStore, create_engine
-from worker.adapters.metrics import serve_metrics
 from worker.adapters.outbox import OutboxStore
 from worker.runtime import Worker
 
@@ -76,7 +76,11 @@ async def run_worker(settings: Settings) -> int:
     metrics_runner = None
     if settings.metrics_port:
         metrics_runner = await serve_metrics(
-            worker.metrics, settings.metrics_port, ready=lambda: worker.ready
+            worker.metrics.registry,
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+            ready=lambda: worker.ready,
+            port_setting="LTM_METRICS_PORT",
         )
     _stop_on_signals(worker)
     # What is alive now lives as long as the process: the collector need not walk it again.

@@ -37,16 +37,17 @@ from contracts import (
     Topology,
     decode_tool_call,
     result_routing_key,
+    shard_of_routing_key,
 )
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.settings import Settings
 from infra.topology import declare_topology
 from worker import failpoints
-from worker.adapters.broker import EventPublisher
+from worker.adapters.broker import EventPublisher, ShardQueues, dead_letter_ids
 from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
-from worker.adapters.outbox import OutboxStore
+from worker.adapters.outbox import OutboxRow, OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
 from worker.core.model import Rejection
 from worker.service import Processed, process_tool_calls
@@ -100,6 +101,7 @@ class Worker:
     def __post_init__(self) -> None:
         self.topology = Topology(self.settings.amqp_prefix)
         self._publisher: EventPublisher | None = None
+        self._shard_queues: ShardQueues | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
         self.metrics.in_flight.set_function(lambda: len(self._in_flight))
         self._consuming = False
@@ -165,6 +167,9 @@ class Worker:
                 await declare_topology(setup, self.topology)
                 await setup.close()
                 self._publisher = await EventPublisher.open(connection, self.topology)
+                self._shard_queues = ShardQueues(
+                    connection, self.topology, shard_count=self.settings.shard_count
+                )
                 channel = await connection.channel()
                 # `closed()` only resolves on our own close; a broker-side close runs callbacks.
                 # A channel the broker closes alone (an exchange deleted, an ack refused) would
@@ -224,12 +229,12 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
-        started = time.perf_counter()
+        delivered_at = time.perf_counter()
         try:
             event_id = message.header.properties.message_id
             with structlog.contextvars.bound_contextvars(event_id=event_id):
                 try:
-                    await self._handle(message)
+                    await self._handle(message, delivered_at)
                 except Exception as error:
                     # The answer, or the dead-letter copy, was not published (a connection
                     # lost, a publish refused): the call goes back and comes again. What
@@ -239,26 +244,32 @@ class Worker:
                     with contextlib.suppress(Exception):
                         await _settle(message, requeue=True)
         finally:
-            self.metrics.latency.observe(time.perf_counter() - started)
             self._in_flight.discard(task)
 
-    async def _handle(self, message: DeliveredMessage) -> None:
+    async def _handle(self, message: DeliveredMessage, delivered_at: float) -> None:
+        """`delivered_at`: `time.perf_counter()` when the delivery came, for the latencies."""
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:
-            await self._dead_letter(message, f"invalid envelope: {error}", cause="invalid_envelope")
+            await self._dead_letter(
+                message,
+                f"invalid envelope: {error}",
+                cause="invalid_envelope",
+                delivered_at=delivered_at,
+            )
             return
+        # Bound until the delivery's task ends (each has a context of its own), so that the
+        # caller's lines about this call carry its id too.
+        structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
         tool = pipeline_for(call.tool_name)
         if tool is None:
             await self._dead_letter(
                 message,
                 f"unsupported tool {call.tool_name!r}: no pipeline of this worker takes it",
                 cause="unsupported_tool",
+                delivered_at=delivered_at,
             )
             return
-        # Bound until the delivery's task ends (each has a context of its own), so that the
-        # caller's lines about this call carry its id too.
-        structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
         try:
             processed = await self._batcher.submit(call.tool_call_id, call)
         except Exception as error:
@@ -269,10 +280,12 @@ class Worker:
             else:
                 log.exception("pipeline failed")
                 reason, cause = f"internal error: {error!r}", "internal_error"
-            await self._answer_unrecorded(call, tool.unrecorded(database_away=database_away))
-            await self._dead_letter(message, reason, cause=cause)
+            await self._answer_unrecorded(
+                call, tool.unrecorded(database_away=database_away), delivered_at
+            )
+            await self._dead_letter(message, reason, cause=cause, delivered_at=delivered_at)
             return
-        await self._deliver(message, call, processed)
+        await self._deliver(message, call, processed, delivered_at)
 
     async def _run_pipeline(self, calls: list[ToolCallRequested]) -> list[Processed]:
         """One transaction for the batch, retried as a whole on transient faults, bounded."""
@@ -357,11 +370,15 @@ class Worker:
         )
 
     async def _deliver(
-        self, message: DeliveredMessage, call: ToolCallRequested, processed: Processed
+        self,
+        message: DeliveredMessage,
+        call: ToolCallRequested,
+        processed: Processed,
+        delivered_at: float,
     ) -> None:
         """Publishes what committed, marks it, then acks; a failure leaves it to redelivery."""
-        publisher = self._publisher
-        assert publisher is not None
+        publisher, shard_queues = self._publisher, self._shard_queues
+        assert publisher is not None and shard_queues is not None
         result = processed.result
         if processed.reused_id:
             log.warning(
@@ -370,11 +387,18 @@ class Worker:
             )
         if processed.written:
             failpoints.reach("after_commit")
+        await shard_queues.ensure(result.shard_id)
+        if processed.written:
             await publisher.publish_rows(processed.outbox)
         else:
             await publisher.publish_event(
-                result, result_routing_key(result.shard_id), self._reply_ttl_ms, replayed=True
+                result,
+                result_routing_key(result.shard_id),
+                self._reply_ttl_ms,
+                replayed=processed.replayed,
             )
+        # What the user waits for ends here: the result is with the broker.
+        self.metrics.latency.observe(time.perf_counter() - delivered_at)
         if processed.outbox:
             failpoints.reach("after_publish")
             try:
@@ -383,6 +407,7 @@ class Worker:
                 log.warning("could not mark outbox rows published", error=repr(error))
             failpoints.reach("after_mark")
         await _settle(message)
+        self.metrics.ack_latency.observe(time.perf_counter() - delivered_at)
         self.metrics.calls.labels(result.status.value, str(processed.replayed).lower()).inc()
         log.info(
             "tool call answered",
@@ -391,22 +416,37 @@ class Worker:
             memory_id=result.data.memory_id,
         )
 
-    async def _answer_unrecorded(self, call: ToolCallRequested, failure: Rejection) -> None:
+    async def _answer_unrecorded(
+        self, call: ToolCallRequested, failure: Rejection, delivered_at: float
+    ) -> None:
         """A result the database could not hold: sent directly, so the bot is not left waiting."""
-        publisher = self._publisher
-        assert publisher is not None
+        publisher, shard_queues = self._publisher, self._shard_queues
+        assert publisher is not None and shard_queues is not None
         result = answer(call, failure.status, failure.message, failure.data)
+        await shard_queues.ensure(result.shard_id)
         await publisher.publish_event(
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
         )
+        self.metrics.latency.observe(time.perf_counter() - delivered_at)
         self.metrics.calls.labels(failure.status.value, "false").inc()
 
-    async def _dead_letter(self, message: DeliveredMessage, reason: str, *, cause: str) -> None:
+    async def _dead_letter(
+        self, message: DeliveredMessage, reason: str, *, cause: str, delivered_at: float
+    ) -> None:
         publisher = self._publisher
         assert publisher is not None
-        log.warning("dead-lettering", reason=reason, routing_key=message.routing_key)
-        await publisher.dead_letter(message, reason)
+        # The ids the copy carries (`ltm dlq list` shows them), not only those that came.
+        ids = dead_letter_ids(message)
+        log.warning(
+            "dead-lettering",
+            reason=reason,
+            routing_key=message.routing_key,
+            event_id=ids.event_id,
+            tool_call_id=ids.tool_call_id,
+        )
+        await publisher.dead_letter(message, reason, event_id=ids.event_id)
         await _settle(message)
+        self.metrics.ack_latency.observe(time.perf_counter() - delivered_at)
         self.metrics.dead_lettered.labels(cause).inc()
 
     # -- the outbox sweep ------------------------------------------------------------------
@@ -429,8 +469,8 @@ class Worker:
 
     async def _sweep(self, *, min_age_s: float) -> int:
         """Publishes rows a crash or a lost broker left behind; returns how many it handled."""
-        publisher = self._publisher
-        if publisher is None or publisher.channel.is_closed:
+        publisher, shard_queues = self._publisher, self._shard_queues
+        if publisher is None or shard_queues is None or publisher.channel.is_closed:
             return 0
         handled = 0
         while True:
@@ -442,6 +482,7 @@ class Worker:
                     return handled
                 # An expired reply is stale news for the shard; it is dropped, not sent.
                 live = [row for row in rows if row.ttl_ms is None or row.ttl_ms > 0]
+                await _declare_shards_of(live, shard_queues)
                 await publisher.publish_rows(live)
                 await self.outbox.mark_published_in(connection, [row.event_id for row in rows])
             handled += len(rows)
@@ -453,6 +494,16 @@ class Worker:
             await self._sweep(min_age_s=0)
         except Exception as error:
             log.warning("could not flush the outbox at shutdown", error=repr(error))
+
+
+async def _declare_shards_of(rows: Sequence[OutboxRow], shard_queues: ShardQueues) -> None:
+    """The queues of the shards these rows go to: after a restart, the sweep may be the first
+    to send replies to a shard."""
+    for row in rows:
+        shard_id = shard_of_routing_key(row.routing_key)
+        if shard_id is not None:
+            with structlog.contextvars.bound_contextvars(tool_call_id=row.correlation_id):
+                await shard_queues.ensure(shard_id)
 
 
 async def _settle(message: DeliveredMessage, *, requeue: bool | None = None) -> None:

@@ -81,7 +81,8 @@ async def test_make_run_stops_on_one_ctrl_c(
         services,
         (),
         tmp_path / "unused",
-        env={**env, "LTM_DATABASE_URL": demo_database},
+        # The worker answers on the process's metrics port; the gateway beside it needs another.
+        env={**env, "LTM_DATABASE_URL": demo_database, "LTM_GATEWAY_METRICS_PORT": "0"},
         module="infra.run_local",
         piped=True,
     ) as run:

@@ -35,6 +35,7 @@ class LtmProcess:
     process leads a process group of its own, as a shell's pipeline does: `close_reader` is
     the end of the pipeline going away, `interrupt` a Ctrl-C. Read what it printed with
     `output` now and then: a pipe left full stops the writer.
+    `metrics_port` is where its `/metrics`, `/healthz` and `/readyz` answer.
     """
 
     services: TestServices
@@ -47,7 +48,10 @@ class LtmProcess:
     piped: bool = False
 
     def start(self) -> LtmProcess:
-        env = self.services.env(LTM_METRICS_PORT=str(self.metrics_port), **self.env)
+        # One process each: a worker reads the first, a gateway the second.
+        port = str(self.metrics_port)
+        ports = {"LTM_METRICS_PORT": port, "LTM_GATEWAY_METRICS_PORT": port}
+        env = self.services.env(**{**ports, **self.env})
         self._log = self.log_path.open("ab")
         self._reader: int | None = None
         self._printed = bytearray()

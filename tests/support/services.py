@@ -55,6 +55,7 @@ class TestServices:
             LTM_AMQP_URL=self.amqp_url,
             LTM_AMQP_PREFIX=self.amqp_prefix,
             LTM_METRICS_PORT="0",
+            LTM_GATEWAY_METRICS_PORT="0",
             LTM_LOG_FORMAT="json",
         )
         env.update(extra)

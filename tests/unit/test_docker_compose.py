@@ -81,6 +81,15 @@ def test_the_worker_scales(services: dict[str, Any]) -> None:
     assert "ports" not in worker  # a fixed host port would clash between replicas
 
 
+@pytest.mark.parametrize(("name", "port"), [("worker", "9464"), ("gateway", "9465")])
+def test_the_processes_serve_their_endpoints_to_other_containers(
+    services: dict[str, Any], name: str, port: str
+) -> None:
+    # 127.0.0.1 by default: in a container, that would hide them from every scraper.
+    assert services[name]["environment"]["LTM_METRICS_HOST"] == "0.0.0.0"
+    assert services[name]["expose"] == [port]
+
+
 def test_the_gateway_runs_in_console_mode(services: dict[str, Any]) -> None:
     gateway = services["gateway"]
     assert gateway["command"] == ["gateway", "--shards", "0", "--shard-count", "1"]
@@ -107,25 +116,32 @@ def healthz_port() -> Iterator[int]:
     server.server_close()
 
 
-def _run_worker_healthcheck(services: dict[str, Any], port: int) -> int:
-    test = services["worker"]["healthcheck"]["test"]
+_PORT_SETTINGS = {"worker": "LTM_METRICS_PORT", "gateway": "LTM_GATEWAY_METRICS_PORT"}
+
+
+def _run_healthcheck(services: dict[str, Any], name: str, port: int) -> int:
+    test = services[name]["healthcheck"]["test"]
     assert test[:2] == ["CMD", "python"], "the image has python, not curl"
     command = [sys.executable, *test[2:]]
-    env = {**os.environ, "LTM_METRICS_PORT": str(port)}
+    env = {**os.environ, _PORT_SETTINGS[name]: str(port)}
     return subprocess.run(command, check=False, env=env, capture_output=True, timeout=30).returncode
 
 
-def test_the_worker_health_check_asks_healthz(services: dict[str, Any], healthz_port: int) -> None:
-    assert _run_worker_healthcheck(services, healthz_port) == 0
+@pytest.mark.parametrize("name", ["worker", "gateway"])
+def test_the_health_check_asks_healthz(
+    services: dict[str, Any], healthz_port: int, name: str
+) -> None:
+    assert _run_healthcheck(services, name, healthz_port) == 0
 
 
-def test_the_worker_health_check_fails_without_an_answer(
-    services: dict[str, Any], healthz_port: int
+@pytest.mark.parametrize("name", ["worker", "gateway"])
+def test_the_health_check_fails_without_an_answer(
+    services: dict[str, Any], healthz_port: int, name: str
 ) -> None:
     closed = HTTPServer(("127.0.0.1", 0), _Health)
     free_port = closed.server_address[1]
     closed.server_close()
-    assert _run_worker_healthcheck(services, free_port) != 0
+    assert _run_healthcheck(services, name, free_port) != 0
 
 
 def test_the_image() -> None:

@@ -1,4 +1,5 @@
-"""RabbitMQ: publishing events with confirms, and dead-lettering with a reason.
+"""RabbitMQ: publishing events with confirms, dead-lettering with a reason, and declaring the
+queue of a shard before its first reply.
 
 Every publish here waits for the broker's confirm; callers run publishes concurrently, so
 that many confirms are outstanding at once instead of one round trip at a time.
@@ -12,12 +13,15 @@ Here the lock covers only queueing the frames; the confirm is still awaited.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
 import aio_pika
 import aiormq
+import orjson
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
@@ -32,14 +36,19 @@ from contracts import (
     encode_event,
 )
 from infra.cancellation import being_cancelled
+from infra.logs import get_logger
+from infra.topology import declare_shard_queue
 from worker.adapters.outbox import OutboxRow
 
 __all__ = [
     "ATTEMPTS_HEADER",
     "ERROR_HEADER",
     "FAILED_AT_HEADER",
+    "DeadLetterIds",
     "EventPublisher",
+    "ShardQueues",
     "confirming_channel",
+    "dead_letter_ids",
     "event_properties",
 ]
 
@@ -47,6 +56,8 @@ ERROR_HEADER: Final = "x-ltm-error"
 FAILED_AT_HEADER: Final = "x-ltm-failed-at"
 ATTEMPTS_HEADER: Final = "x-ltm-attempts"
 _MAX_REASON = 1000
+
+log = get_logger("ltm.worker")
 
 
 class EventPublisher:
@@ -92,9 +103,10 @@ class EventPublisher:
         )
         await self._publish(self._events, encode_event(event), routing_key, properties)
 
-    async def dead_letter(self, message: DeliveredMessage, reason: str) -> None:
+    async def dead_letter(self, message: DeliveredMessage, reason: str, *, event_id: str) -> None:
         """Republishes the delivery as it came, with why and when, to the dead-letter exchange.
 
+        `event_id` becomes its message_id (`dead_letter_ids`): the one the caller logs.
         The caller acks the delivery after this returns: the copy is confirmed by then.
         """
         came = message.header.properties
@@ -113,7 +125,7 @@ class EventPublisher:
             priority=came.priority,
             correlation_id=came.correlation_id,
             reply_to=came.reply_to,
-            message_id=came.message_id,
+            message_id=event_id,
             timestamp=came.timestamp,
             message_type=came.message_type,
             user_id=came.user_id,
@@ -138,6 +150,102 @@ class EventPublisher:
                 raise
             # The connection was given up as stalled: a failed publish, as any lost connection.
             raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterIds:
+    """What names a dead-lettered delivery, in its copy and in the log line about it."""
+
+    event_id: str
+    tool_call_id: str | None
+
+
+def dead_letter_ids(message: DeliveredMessage) -> DeadLetterIds:
+    """The delivery's message_id, else the body's `event_id`, else a new one; its
+    correlation_id, else the body's `tool_call_id`. The body is read leniently: a message
+    dead-lettered for being no valid envelope often still says which call it was. (Without
+    an id of ours, aiormq would make one up on publishing, which no log line would show.)
+    """
+    properties = message.header.properties
+    event_id, tool_call_id = properties.message_id, properties.correlation_id
+    if not (event_id and tool_call_id):
+        body = _json_object(message.body)
+        event_id = event_id or _text(body.get("event_id"))
+        tool_call_id = tool_call_id or _text(body.get("tool_call_id"))
+    return DeadLetterIds(event_id or str(uuid.uuid4()), tool_call_id)
+
+
+def _json_object(body: bytes) -> dict[str, object]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class ShardQueues:
+    """Declares a shard's queue the first time this connection sends it a reply.
+
+    `ltm topology` declares shards 0..LTM_SHARD_COUNT-1 only: the replies of any other shard
+    would match no binding and be dropped by the broker. Declared, they wait in its queue
+    (for their TTL) until a gateway takes the shard. One instance per connection, so that a
+    queue deleted meanwhile is declared again after a reconnect.
+    """
+
+    def __init__(
+        self, connection: aio_pika.abc.AbstractConnection, topology: Topology, *, shard_count: int
+    ) -> None:
+        self._connection = connection
+        self._topology = topology
+        self._shard_count = shard_count
+        self._declared: set[int] = set()
+        # Declarations are rare (once per shard); one at a time keeps them simple.
+        self._lock = asyncio.Lock()
+        self._channel: AbstractChannel | None = None
+
+    async def ensure(self, shard_id: int) -> None:
+        """Returns once the shard's queue is declared; at once when it was already."""
+        if shard_id in self._declared:
+            return
+        async with self._lock:
+            if shard_id not in self._declared:
+                await self._declare(shard_id)
+                self._declared.add(shard_id)
+
+    async def _declare(self, shard_id: int) -> None:
+        queue = self._topology.shard_queue(shard_id)
+        # A channel of its own: a refused declaration closes it, not the publisher's channel.
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await self._connection.channel()
+        try:
+            # The exchange as the connection's start declared it, not declared again: one
+            # deleted meanwhile must fail the publish and make the worker start over.
+            events = await self._channel.get_exchange(self._topology.events_exchange, ensure=False)
+            await declare_shard_queue(self._channel, self._topology, shard_id, events=events)
+        except aiormq.exceptions.ChannelClosed as error:
+            # Declared otherwise by someone else (other arguments), or not ours to declare:
+            # the replies go where the broker's bindings send them, as they would have.
+            log.warning(
+                "could not declare the queue of a shard",
+                queue=queue,
+                shard_id=shard_id,
+                error=repr(error),
+            )
+            return
+        if shard_id >= self._shard_count:
+            log.warning(
+                "replies for a shard beyond LTM_SHARD_COUNT: its queue is declared, and they "
+                "wait there for a gateway",
+                queue=queue,
+                shard_id=shard_id,
+                shard_count=self._shard_count,
+            )
+        else:
+            log.info("shard queue declared", queue=queue, shard_id=shard_id)
 
 
 async def confirming_channel(

@@ -1,28 +1,24 @@
-"""Prometheus metrics of the worker, and its `/metrics`, `/healthz` and `/readyz` endpoints."""
+"""Prometheus metrics of the worker (served by `infra.metrics.serve_metrics`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
-from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["WorkerMetrics", "serve_metrics"]
+from infra.metrics import process_registry
+
+__all__ = ["WorkerMetrics"]
+
+_SECONDS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 @dataclass
 class WorkerMetrics:
     """One registry per worker, so that several workers in one process (tests) do not clash."""
 
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    registry: CollectorRegistry = field(default_factory=process_registry)
 
     def __post_init__(self) -> None:
         self.calls = Counter(
@@ -33,8 +29,16 @@ class WorkerMetrics:
         )
         self.latency = Histogram(
             "ltm_tool_call_seconds",
-            "From delivery to ack, per tool call.",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            "From delivery to the result published (confirmed by the broker), per tool call.",
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        # The ack waits until the call's outbox rows are marked published, which lingers to
+        # share one UPDATE among the calls finishing together: not a wait anyone sees.
+        self.ack_latency = Histogram(
+            "ltm_tool_call_ack_seconds",
+            "From delivery to ack, per delivery acked (answered or dead-lettered).",
+            buckets=_SECONDS,
             registry=self.registry,
         )
         self.in_flight = Gauge(
@@ -63,37 +67,3 @@ class WorkerMetrics:
         self.db_retries = Counter(
             "ltm_db_retries_total", "Transient database faults retried.", registry=self.registry
         )
-
-
-async def serve_metrics(
-    metrics: WorkerMetrics, port: int, *, ready: Callable[[], bool], host: str = "0.0.0.0"
-) -> web.AppRunner:
-    """Starts the endpoints; the caller cleans the runner up. Port 0 picks a free port."""
-
-    async def metrics_page(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        is_ready = ready()
-        return web.json_response(
-            {"status": "ready" if is_ready else "not ready"}, status=200 if is_ready else 503
-        )
-
-    app = web.Application()
-    app.add_routes(
-        [
-            web.get("/metrics", metrics_page),
-            web.get("/healthz", healthz),
-            web.get("/readyz", readyz),
-        ]
-    )
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner

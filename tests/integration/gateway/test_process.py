@@ -7,6 +7,8 @@ import base64
 import io
 import os
 import signal
+import socket
+from pathlib import Path
 
 import hikari
 import pytest
@@ -15,6 +17,7 @@ from pydantic import SecretStr
 
 from contracts import CacheInvalidate, Topology, cache_routing_key
 from gateway import ConsoleSender, Gateway, run_gateway
+from infra.metrics import MetricsPortInUse
 from infra.settings import Settings
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
@@ -26,11 +29,14 @@ from tests.integration.gateway.conftest import (
     handled,
     publish,
     publish_embed,
+    publish_result,
+    tool_call_completed,
     until,
 )
 from tests.support import services as support
 from tests.support.broker import queue_depth
 from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
+from tests.support.processes import LtmProcess
 from tests.support.waiting import eventually
 
 
@@ -195,3 +201,57 @@ async def test_a_shared_connection_stays_open_after_the_gateway_stops(
     assert not amqp.is_closed
     still_usable = await amqp.channel()
     await still_usable.close()
+
+
+async def test_a_gateway_process_serves_its_metrics(
+    services: support.TestServices,
+    fake_discord: FakeDiscord,
+    channel: AbstractChannel,
+    topology: Topology,
+    tmp_path: Path,
+) -> None:
+    shard = fresh_shard()
+    posted, forbidden = embed_requested(shard), embed_requested(shard)
+    fake_discord.always(forbidden.channel_id, Reply.forbidden())
+    result = tool_call_completed(f"call_{random_snowflake()}", shard)
+    invalidation = CacheInvalidate(cache="user", key=str(random_snowflake()))
+    args = ("gateway", "--shards", str(shard), "--shard-count", str(SHARD_COUNT))
+    env = {"DISCORD_TOKEN": "fake-token-process", "DISCORD_API_URL": fake_discord.url}
+    expected = {
+        'ltm_gateway_embeds_total{outcome="sent"} 1.0',
+        'ltm_gateway_embeds_total{outcome="dropped"} 1.0',
+        'ltm_gateway_embed_failures_total{cause="forbidden"} 1.0',
+        'ltm_gateway_results_total{waiting="false"} 1.0',
+        'ltm_gateway_cache_invalidations_total{cache="user",held="false"} 1.0',
+    }
+    with LtmProcess(services, args, tmp_path / "gateway.log", env=env) as gateway:
+        await gateway.wait_ready_async()  # its /readyz answers 200
+        for embed in (posted, forbidden):
+            await publish_embed(channel, topology, embed)
+        await publish_result(channel, topology, result)
+        await publish(channel, topology, invalidation, cache_routing_key("user", invalidation.key))
+
+        async def counted() -> bool:
+            return expected <= set((await gateway.metrics()).splitlines())
+
+        await eventually(counted, what=f"{expected} on the gateway's /metrics")
+        page = await gateway.metrics()
+        assert await asyncio.to_thread(gateway.terminate) == 0
+    samples = [line for line in page.splitlines() if line and not line.startswith("#")]
+    assert any(line.startswith("process_resident_memory_bytes ") for line in samples)
+    assert [line for line in samples if "_created" in line.split(" ")[0]] == []
+    assert len(fake_discord.messages_in(posted.channel_id)) == 1
+
+
+async def test_a_gateway_on_a_metrics_port_in_use_names_its_setting(settings: Settings) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        in_use = settings.model_copy(update={"gateway_metrics_port": port, "discord_token": None})
+        with pytest.raises(MetricsPortInUse) as raised:
+            await run_gateway(in_use, (fresh_shard(),), SHARD_COUNT)
+    assert str(raised.value) == (
+        f"metrics port {port} is in use: set LTM_GATEWAY_METRICS_PORT to another port,"
+        " or 0 to turn the endpoint off"
+    )
