@@ -1,6 +1,6 @@
 """The create tool: a memory's first revision is `created`.
 
-Revision ID: 0005_create
+Revision ID: 0004
 Revises: 0003
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0005_create"
+revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
