@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.audit import MemoryDeleted, MemoryRestored, MemoryUpdated
+from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
@@ -48,6 +48,7 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         ToolCallCompleted,
         EmbedRequested,
         CacheInvalidate,
+        MemoryCreated,
         MemoryUpdated,
         MemoryDeleted,
         MemoryRestored,
@@ -110,7 +111,7 @@ def decode_tool_call(body: bytes) -> ToolCallRequested:
 
 
 def amqp_properties(event: Event) -> dict[str, Any]:
-    """The AMQP basic properties every message carries (CONTRACT.md), as plain values."""
+    """The AMQP basic properties every message carries (docs/contract.md), as plain values."""
     return {
         "content_type": CONTENT_TYPE,
         "delivery_mode": 2,

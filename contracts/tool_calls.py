@@ -10,17 +10,26 @@ from contracts.envelope import Event
 from contracts.ids import DiscordId, ParticipantId, ToolCallId
 
 __all__ = [
+    "CREATE_LONG_TERM_MEMORY",
     "MAX_ALIASES",
     "MAX_PARTICIPANTS",
+    "REMEMBER_THIS_FACT",
+    "TOOL_NAMES",
     "UPDATE_LONG_TERM_MEMORY",
     "Participant",
     "ToolCallContext",
     "ToolCallRequested",
 ]
 
-UPDATE_LONG_TERM_MEMORY = "update_long_term_memory"
+UPDATE_LONG_TERM_MEMORY: Final = "update_long_term_memory"
+CREATE_LONG_TERM_MEMORY: Final = "create_long_term_memory"
+# The create tool's name in bots written before it was renamed: the same tool.
+REMEMBER_THIS_FACT: Final = "remember_this_fact"
 
-# Bounds on what a bot may send (SECURITY.md, "Bad input stays bounded"): far above any real
+# Every tool name the worker takes: each is a routing key bound to the worker's queue.
+TOOL_NAMES: Final = (UPDATE_LONG_TERM_MEMORY, CREATE_LONG_TERM_MEMORY, REMEMBER_THIS_FACT)
+
+# Bounds on what a bot may send (docs/security.md, "Bad input stays bounded"): far above any real
 # conversation, low enough that resolving a name over them stays cheap.
 MAX_PARTICIPANTS: Final = 500
 MAX_ALIASES: Final = 50

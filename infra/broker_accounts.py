@@ -1,7 +1,7 @@
 """The broker accounts of a deployment, one per role, and the RabbitMQ definitions document
 (`ltm broker-definitions`) that creates them with the whole topology.
 
-Each role may do its job and nothing more (SECURITY.md, "Broker accounts"). RabbitMQ checks
+Each role may do its job and nothing more (docs/security.md, "Broker accounts"). RabbitMQ checks
 three permissions, each a regular expression over the names of exchanges and queues:
 `configure` (declare, delete), `write` (publish to an exchange; bind a queue) and `read`
 (consume or purge a queue; bind from an exchange). Topic permissions narrow the routing keys

@@ -1,4 +1,4 @@
-"""Declares the broker topology of CONTRACT.md, idempotently, under a prefix.
+"""Declares the broker topology of docs/contract.md, idempotently, under a prefix.
 
 What is declared is `contracts.topology_declarations`: the same data `ltm broker-definitions`
 writes out for a broker to load at boot, so that the two cannot diverge.
@@ -11,7 +11,6 @@ shared part passively and declares only its own queues (`ensure_topology`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
 
 import aio_pika
 import aiormq
@@ -19,7 +18,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, 
 
 from contracts import (
     CACHE_BINDING_KEY,
-    UPDATE_LONG_TERM_MEMORY,
+    TOOL_NAMES,
     Declarations,
     Topology,
     shard_declarations,
@@ -28,7 +27,6 @@ from contracts import (
 from infra.logs import get_logger
 
 __all__ = [
-    "SUPPORTED_TOOLS",
     "TopologyMissing",
     "declare",
     "declare_cache_queue",
@@ -36,8 +34,6 @@ __all__ = [
     "declare_topology",
     "ensure_topology",
 ]
-
-SUPPORTED_TOOLS: Final = (UPDATE_LONG_TERM_MEMORY,)
 
 log = get_logger(__name__)
 
@@ -73,7 +69,7 @@ async def declare_topology(
     channel: AbstractChannel, topology: Topology, shards: Iterable[int] = ()
 ) -> None:
     """Everything the worker and the operators' tools need, plus the given shards' queues."""
-    await declare(channel, topology_declarations(topology, SUPPORTED_TOOLS, shards))
+    await declare(channel, topology_declarations(topology, TOOL_NAMES, shards))
 
 
 async def ensure_topology(connection: AbstractConnection, topology: Topology) -> None:
@@ -83,7 +79,7 @@ async def ensure_topology(connection: AbstractConnection, topology: Topology) ->
     instead of a channel closed on an access refused. Each check has a channel of its own
     (a failed one closes it), plain, never reopened by a robust connection.
     """
-    declarations = topology_declarations(topology, SUPPORTED_TOOLS)
+    declarations = topology_declarations(topology, TOOL_NAMES)
     missing = await _first_missing(connection, declarations)
     if missing is None:
         return

@@ -1,4 +1,4 @@
-"""Bad input stays bounded (SECURITY.md): a body too large is dead-lettered unparsed; nesting,
+"""Bad input stays bounded (docs/security.md): a body too large is dead-lettered unparsed; nesting,
 participants and aliases over their bounds make an invalid envelope; the worker's memory stays
 flat while a stream of such messages arrives."""
 

@@ -1,4 +1,4 @@
-"""The broker accounts of SECURITY.md, made for one test run on the machine's broker.
+"""The broker accounts of docs/security.md, made for one test run on the machine's broker.
 
 `ltm broker-definitions` writes the definitions (a virtual host of the run's own, three users
 named for the run, their permissions, the topology) and `rabbitmqctl import_definitions`

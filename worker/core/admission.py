@@ -1,5 +1,5 @@
 """Whether a delivery may be read at all: who published it and how big it is, decided from its
-properties and size alone, before its body is parsed (SECURITY.md)."""
+properties and size alone, before its body is parsed (docs/security.md)."""
 
 from __future__ import annotations
 

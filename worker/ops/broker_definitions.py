@@ -17,10 +17,9 @@ from typing import TextIO
 import orjson
 from pydantic import SecretStr
 
-from contracts import Topology
+from contracts import TOOL_NAMES, Topology
 from infra.broker_accounts import Role, accounts, definitions
 from infra.settings import Settings
-from infra.topology import SUPPORTED_TOOLS
 from worker.ops.output import ExitCode
 
 __all__ = ["default_vhost", "print_definitions"]
@@ -77,7 +76,7 @@ def print_definitions(
         accounts_with_passwords=[
             (account, _revealed(passwords[account.role])) for account in accounts(topology, users)
         ],
-        tool_names=SUPPORTED_TOOLS,
+        tool_names=TOOL_NAMES,
         shards=range(settings.shard_count),
     )
     out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")

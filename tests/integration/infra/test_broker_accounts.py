@@ -1,5 +1,5 @@
 """`ltm broker-definitions` imported into a fresh virtual host of the machine's broker: each
-role may do its job (the table of SECURITY.md, "Broker accounts"), and the topology is the
+role may do its job (the table of docs/security.md, "Broker accounts"), and the topology is the
 one the processes declare."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from contracts import Topology, topology_declarations, worker_queue_arguments
+from contracts import TOOL_NAMES, Topology, topology_declarations, worker_queue_arguments
 from infra.broker_accounts import (
     HASHING_ALGORITHM,
     Account,
@@ -17,7 +17,6 @@ from infra.broker_accounts import (
     definitions,
     password_hash,
 )
-from infra.topology import SUPPORTED_TOOLS
 
 TOPOLOGY = Topology("ltm")
 USERS = {Role.WORKER: "w", Role.BOT: "b", Role.OPERATOR: "o"}
@@ -107,10 +106,10 @@ def test_the_document_is_the_topology_the_processes_declare() -> None:
         TOPOLOGY,
         vhost="v",
         accounts_with_passwords=[(account, "pw") for account in accounts(TOPOLOGY, USERS)],
-        tool_names=SUPPORTED_TOOLS,
+        tool_names=TOOL_NAMES,
         shards=range(2),
     )
-    declared = topology_declarations(TOPOLOGY, SUPPORTED_TOOLS, range(2))
+    declared = topology_declarations(TOPOLOGY, TOOL_NAMES, range(2))
     assert [e["name"] for e in document["exchanges"]] == list(declared.exchanges)
     assert {q["name"]: q["arguments"] for q in document["queues"]} == {
         q.name: dict(q.arguments) for q in declared.queues

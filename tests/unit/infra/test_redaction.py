@@ -1,4 +1,4 @@
-"""Passwords never shown: URLs, `password=` parameters, and log lines (SECURITY.md, "Secrets")."""
+"""Passwords never shown: URLs, `password=` parameters, log lines (docs/security.md)."""
 
 from __future__ import annotations
 

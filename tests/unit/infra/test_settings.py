@@ -1,4 +1,4 @@
-"""Settings: secrets from files (`*_FILE`), the lists and bounds of SECURITY.md."""
+"""Settings: secrets from files (`*_FILE`), the lists and bounds of docs/security.md."""
 
 from __future__ import annotations
 
