@@ -110,7 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", title="commands"
     )
 
-    _command(commands, "migrate", "create the database if needed and upgrade its schema")
+    migrate = _command(commands, "migrate", "create the database if needed and upgrade its schema")
+    migrate.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the roles ltm_worker, ltm_gateway and ltm_operator (without login) "
+        "when missing, and grant each only what it uses",
+    )
     _command(
         commands,
         "topology",
@@ -393,6 +399,11 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             created = migrate(settings.database_url)
             found = f"created database {name}" if created else f"database {name} exists"
             print(f"{found}; its schema is up to date")
+            if args.roles:
+                from infra.database_roles import ROLES, grant_roles
+
+                grant_roles(settings.database_url)
+                print(f"roles {', '.join(ROLES)} exist, granted what each uses in {name}")
             return ExitCode.OK
         case "topology":
             return _run(bootstrap.declare_topology(settings))
