@@ -41,6 +41,7 @@ from gateway.memories import MemoryReader
 from gateway.metrics import GatewayMetrics
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
+from infra import amqp
 from infra.logs import get_logger
 from infra.metrics import serve_metrics
 from infra.settings import Settings, broker_user
@@ -109,7 +110,7 @@ class Gateway:
         it is given them); a registry of its own by default.
 
         `connection`: an AMQP connection to share; without one the gateway opens and closes
-        its own (`aio_pika.connect_robust(settings.amqp_url)`), which comes back after a
+        its own (`infra.amqp.connect_robust(settings)`), which comes back after a
         broker restart or a dropped connection every `reconnect_interval_s` (aio-pika's 5 s by
         default), declaring its queues and consumers again.
 
@@ -189,8 +190,8 @@ class Gateway:
         owned = tuple(sorted(set(self.shards).union(shards or ())))
         self._check_shards(owned)
         if self._connection is None:
-            self._connection = await aio_pika.connect_robust(
-                self.settings.amqp_url,
+            self._connection = await amqp.connect_robust(
+                self.settings,
                 client_properties={"connection_name": self.connection_name},
                 reconnect_interval=self.reconnect_interval_s,
             )

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import aio_pika
 import aiormq
 import psycopg
 import structlog
@@ -39,6 +38,7 @@ from contracts import (
     result_routing_key,
     shard_of_routing_key,
 )
+from infra import amqp
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.redaction import mask_passwords
@@ -140,9 +140,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
-                    connection = await aio_pika.connect(
-                        self.settings.amqp_url,
-                        client_properties={"connection_name": "ltm-worker"},
+                    connection = await amqp.connect(
+                        self.settings, client_properties={"connection_name": "ltm-worker"}
                     )
                 except (OSError, aiormq.exceptions.AMQPError) as error:
                     log.warning(

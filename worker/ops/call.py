@@ -32,6 +32,7 @@ from contracts import (
     result_routing_key,
     utc_now,
 )
+from infra import amqp
 from infra.settings import Settings
 from worker.ops.output import ExitCode, json_document, print_fields, shown_text
 
@@ -119,7 +120,7 @@ async def _publish_and_wait(
     timeout: float,
     err: TextIO,
 ) -> Answer:
-    connection = await aio_pika.connect(settings.amqp_url)
+    connection = await amqp.connect(settings)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
         events = await channel.get_exchange(topology.events_exchange, ensure=True)

@@ -35,6 +35,7 @@ from contracts.dead_letters import (
     FAILED_AT_HEADER,
     ORIGINAL_USER_ID_HEADER,
 )
+from infra import amqp
 from infra.settings import Settings
 from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
 
@@ -482,7 +483,7 @@ async def take_deliveries(
 @asynccontextmanager
 async def _connection(settings: Settings) -> AsyncIterator[AbstractConnection]:
     # A plain connection: a one-shot tool must fail loudly, not reconnect mid-replay.
-    connection = await aio_pika.connect(settings.amqp_url)
+    connection = await amqp.connect(settings)
     try:
         yield connection
     finally:
