@@ -66,7 +66,11 @@ from contracts.tool_declaration import (
     openai_tools,
 )
 from contracts.topology import (
+    CACHE_BINDING_KEY,
     DEFAULT_PREFIX,
+    Binding,
+    Declarations,
+    QueueDeclaration,
     Topology,
     audit_routing_key,
     audit_stream_arguments,
@@ -74,12 +78,15 @@ from contracts.topology import (
     dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    shard_declarations,
     shard_of_routing_key,
     shard_queue_arguments,
+    topology_declarations,
     worker_queue_arguments,
 )
 
 __all__ = [
+    "CACHE_BINDING_KEY",
     "CONTENT_TYPE",
     "CREATE_COLOR",
     "CREATE_LONG_TERM_MEMORY",
@@ -100,8 +107,10 @@ __all__ = [
     "UPDATE_LONG_TERM_MEMORY",
     "UPDATE_STATUSES",
     "UPDATE_TOOL",
+    "Binding",
     "CacheInvalidate",
     "CacheName",
+    "Declarations",
     "DiscordId",
     "EmbedField",
     "EmbedKind",
@@ -121,6 +130,7 @@ __all__ = [
     "Participant",
     "ParticipantId",
     "PersonalMemory",
+    "QueueDeclaration",
     "ResultData",
     "ServerMemories",
     "ServerMemory",
@@ -153,8 +163,10 @@ __all__ = [
     "openai_tools",
     "result_routing_key",
     "rfc3339_utc",
+    "shard_declarations",
     "shard_of_routing_key",
     "shard_queue_arguments",
+    "topology_declarations",
     "utc_now",
     "worker_queue_arguments",
 ]

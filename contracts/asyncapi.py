@@ -13,7 +13,14 @@ from typing import Any, Final
 
 from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
-from contracts.codec import CONTENT_TYPE, EVENT_TYPES, REPLAYED_HEADER
+from contracts.codec import CONTENT_TYPE, EVENT_TYPES, MAX_NESTING, REPLAYED_HEADER
+from contracts.dead_letters import (
+    ATTEMPTS_HEADER,
+    ERROR_HEADER,
+    FAILED_AT_HEADER,
+    ORIGINAL_USER_ID_HEADER,
+    REASONS,
+)
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
 from contracts.results import ToolCallCompleted
@@ -124,6 +131,9 @@ def _info() -> dict[str, Any]:
             "correlation_id = tool_call_id where there is one, type = event_type, timestamp, "
             f"and the header schema_version ({SCHEMA_VERSION}).\n"
             "Consumers deduplicate on event_id. Ids of Discord objects are strings of digits.\n"
+            "A tool call's body holds at most LTM_MAX_MESSAGE_BYTES (262144 by default) and "
+            f"nests at most {MAX_NESTING} levels; the worker dead-letters one that does not, "
+            "unparsed.\n"
         ),
     }
 
@@ -238,9 +248,9 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "address": "{toolName}",
             "description": (
                 "Tool calls the worker gave up on, with their original routing key, body and "
-                "properties. The worker republishes them here with the headers x-ltm-error "
-                "and x-ltm-failed-at; the broker dead-letters here at the work queue's "
-                "delivery limit, adding x-death."
+                f"properties. The worker republishes them here with the headers {ERROR_HEADER}, "
+                f"{FAILED_AT_HEADER}, {ATTEMPTS_HEADER} and {ORIGINAL_USER_ID_HEADER}; the "
+                "broker dead-letters here at the work queue's delivery limit, adding x-death."
             ),
             "messages": dead_letters,
             "parameters": tool_name,
@@ -423,12 +433,17 @@ _EXTRA_HEADERS: Final[dict[type[Event], dict[str, Any]]] = {
 }
 
 
-def _headers(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _headers(
+    extra: dict[str, Any] | None = None, *, required: tuple[str, ...] = ("schema_version",)
+) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "schema_version": {"type": "integer", "const": SCHEMA_VERSION},
     }
     properties.update(extra or {})
-    return {"type": "object", "required": ["schema_version"], "properties": properties}
+    headers: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        headers["required"] = list(required)
+    return headers
 
 
 def _message(model: type[Event]) -> dict[str, Any]:
@@ -443,6 +458,9 @@ def _message(model: type[Event]) -> dict[str, Any]:
         "delivery_mode": 2,
         "timestamp": "occurred_at",
     }
+    if model is ToolCallRequested:
+        # The broker refuses a user_id other than the publishing connection's user.
+        properties["user_id"] = "the publisher's broker user (checked by LTM_TRUSTED_PUBLISHERS)"
     message: dict[str, Any] = {
         "name": model.EVENT_TYPE,
         "title": name,
@@ -466,14 +484,52 @@ def _message(model: type[Event]) -> dict[str, Any]:
 
 def _dead_lettered_message() -> dict[str, Any]:
     dead = _message(ToolCallRequested)
+    reasons = "\n".join(f"- `{reason}`: {meaning}" for reason, meaning in REASONS.items())
     dead.update(
         name="tool_call.requested (dead-lettered)",
         title="DeadLetteredToolCall",
-        summary="A tool call as first published, marked with why it was given up on.",
+        summary="A tool call as it arrived, marked with why it was given up on.",
+        description=(
+            "The body is the one that arrived, byte for byte: usually a tool_call.requested, "
+            "but it may be anything the worker could not take (not JSON, too large, an invalid "
+            "envelope), so its payload schema constrains nothing. The routing key and the "
+            "properties are the original ones, except `user_id`: a copy the worker "
+            f"dead-letters goes out under the worker's own user, the original in "
+            f"`{ORIGINAL_USER_ID_HEADER}`.\n"
+            f"`{ERROR_HEADER}` begins with one of:\n{reasons}\n"
+        ),
+        payload={
+            "description": "The original body, unparsed (see the message's description).",
+        },
         headers=_headers(
             {
-                "x-ltm-error": {"type": "string", "description": "Why the worker gave up."},
-                "x-ltm-failed-at": {"type": "string", "format": "date-time"},
+                ERROR_HEADER: {
+                    "type": "string",
+                    "maxLength": 1000,
+                    "description": "Why the worker gave up: one of the reasons above, then "
+                    "`: ` and the details. Absent when the broker dead-lettered the call.",
+                },
+                FAILED_AT_HEADER: {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "When the worker gave up (RFC 3339, UTC).",
+                },
+                ATTEMPTS_HEADER: {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Deliveries of the call before the worker gave up on it, "
+                    "that one included.",
+                },
+                ORIGINAL_USER_ID_HEADER: {
+                    "type": "string",
+                    "description": "The broker user the call was first published as (its "
+                    "AMQP user_id): set by the worker on its dead-letter copy, and by "
+                    "`ltm dlq replay`, which republishes under the operator's own user.",
+                },
+                "x-delivery-count": {
+                    "type": "integer",
+                    "description": "Set by quorum queues: earlier deliveries of the message.",
+                },
                 "x-death": {
                     "type": "array",
                     "description": "Added by the broker when it dead-letters at the limit.",
@@ -489,7 +545,15 @@ def _dead_lettered_message() -> dict[str, Any]:
                         },
                     },
                 },
-            }
+                "x-first-death-reason": {"type": "string", "description": "Set by the broker."},
+                "x-first-death-queue": {"type": "string", "description": "Set by the broker."},
+                "x-first-death-exchange": {
+                    "type": "string",
+                    "description": "Set by the broker.",
+                },
+            },
+            # A body that is not a tool call may have come without the header.
+            required=(),
         ),
     )
     return dead

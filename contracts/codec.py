@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from datetime import UTC
 from typing import Any, Final
 
@@ -17,18 +19,27 @@ from contracts.tool_calls import ToolCallRequested
 __all__ = [
     "CONTENT_TYPE",
     "EVENT_TYPES",
+    "MAX_NESTING",
     "REPLAYED_HEADER",
     "InvalidEnvelope",
     "amqp_properties",
     "decode_event",
     "decode_tool_call",
     "encode_event",
+    "nesting_depth",
 ]
 
 CONTENT_TYPE: Final = "application/json"
 # A header of a `tool_call.completed` repeated from the idempotency record (true): the call was
 # answered before and nothing changed now. Absent from a first answer.
 REPLAYED_HEADER: Final = "x-ltm-replayed"
+
+# Arrays and objects nested deeper than this make a body invalid, before it is parsed.
+MAX_NESTING: Final = 64
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
+# +1 for an opening bracket, -1 for a closing one, indexed by the byte.
+_STEP: Final = tuple(1 if b in b"[{" else -1 for b in range(256))
 
 EVENT_TYPES: Final[dict[str, type[Event]]] = {
     model.EVENT_TYPE: model
@@ -55,8 +66,24 @@ def encode_event(event: Event) -> bytes:
     return event.model_dump_json().encode()
 
 
+def nesting_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in a JSON text, brackets inside strings aside, counted
+    without parsing it (and in C: a wide body of many brackets costs no Python loop)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_A_BRACKET)
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _check_nesting(body: bytes) -> None:
+    if body.count(b"[") + body.count(b"{") <= MAX_NESTING:
+        return  # too few brackets to nest that deep: the usual call, no scan
+    depth = nesting_depth(body)
+    if depth > MAX_NESTING:
+        raise InvalidEnvelope(f"JSON nested {depth} levels deep, more than {MAX_NESTING}")
+
+
 def decode_event(body: bytes) -> Event:
     """Reads any event of this contract, chosen by its `event_type`."""
+    _check_nesting(body)
     try:
         peek = _ENVELOPE_PEEK.validate_json(body)
     except ValidationError as error:
@@ -75,6 +102,7 @@ def decode_event(body: bytes) -> Event:
 
 def decode_tool_call(body: bytes) -> ToolCallRequested:
     # One parse on the hot path; the slower diagnosis runs only for a bad body.
+    _check_nesting(body)
     try:
         return ToolCallRequested.model_validate_json(body)
     except ValidationError:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Final, Literal
+from typing import ClassVar, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
 from contracts.envelope import Event
 from contracts.ids import DiscordId, ToolCallId
@@ -61,6 +61,16 @@ class EmbedPayload(BaseModel):
     color: int
     footer: str | None = Field(default=None, max_length=FOOTER_LIMIT)
     fields: tuple[EmbedField, ...] = Field(default=(), max_length=FIELD_COUNT_LIMIT)
+
+    @model_validator(mode="after")
+    def _within_the_total(self) -> Self:
+        # Discord refuses the whole message otherwise; no single field's limit catches it.
+        if self.total_length() > TOTAL_LIMIT:
+            raise ValueError(
+                f"the embed's parts add up to {self.total_length()} characters, "
+                f"over Discord's total of {TOTAL_LIMIT}"
+            )
+        return self
 
     def total_length(self) -> int:
         return (

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    model_validator,
+)
 
-__all__ = ["SCHEMA_VERSION", "Event", "rfc3339_utc", "utc_now"]
+__all__ = ["ENVELOPE_FIELDS", "SCHEMA_VERSION", "Event", "rfc3339_utc", "utc_now"]
 
 SCHEMA_VERSION = 1
+
+# Every message carries these. A producer's model fills them in; a received body must have
+# them: a fresh random `event_id` for a body without one would defeat de-duplication.
+ENVELOPE_FIELDS: Final = ("event_id", "event_type", "schema_version", "occurred_at")
 
 
 def utc_now() -> datetime:
@@ -22,12 +34,24 @@ def rfc3339_utc(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def _envelope_required(schema: dict[str, Any]) -> None:
+    """In the JSON Schema, as in a received body, the envelope is required."""
+    required = [name for name in schema.get("required", []) if name not in ENVELOPE_FIELDS]
+    schema["required"] = [*ENVELOPE_FIELDS, *required]
+
+
 class Event(BaseModel):
-    """Fields of every message. Subclasses fix `event_type` with a Literal."""
+    """Fields of every message. Subclasses fix `event_type` with a Literal.
+
+    Built in Python, an event gets a new `event_id` and the current time; read from JSON, it
+    must carry the whole envelope (`ENVELOPE_FIELDS`), or it is not valid.
+    """
 
     # Unknown fields are ignored, so that a newer producer's additions do not break us;
     # the known ones are strict: a wrong type is an invalid envelope.
-    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+    model_config = ConfigDict(
+        strict=True, frozen=True, extra="ignore", json_schema_extra=_envelope_required
+    )
 
     EVENT_TYPE: ClassVar[str]
 
@@ -36,6 +60,16 @@ class Event(BaseModel):
     schema_version: Literal[1] = 1
     occurred_at: AwareDatetime = Field(default_factory=utc_now)
     causation_id: uuid.UUID | None = None
+
+    @model_validator(mode="after")
+    def _envelope_given(self, info: ValidationInfo) -> Self:
+        # After validation, not before: a "before" validator would turn strict JSON parsing
+        # (a UUID or a time from a string) into strict Python validation, which refuses both.
+        if info.mode == "json":
+            missing = [name for name in ENVELOPE_FIELDS if name not in self.model_fields_set]
+            if missing:
+                raise ValueError(f"missing {', '.join(missing)}")
+        return self
 
     @field_serializer("occurred_at")
     def _rfc3339_utc(self, value: datetime) -> str:

@@ -11,6 +11,8 @@ from contracts.ids import DiscordId, ParticipantId, ToolCallId
 
 __all__ = [
     "CREATE_LONG_TERM_MEMORY",
+    "MAX_ALIASES",
+    "MAX_PARTICIPANTS",
     "REMEMBER_THIS_FACT",
     "TOOL_NAMES",
     "UPDATE_LONG_TERM_MEMORY",
@@ -27,6 +29,11 @@ REMEMBER_THIS_FACT: Final = "remember_this_fact"
 # Every tool name the worker takes: each is a routing key bound to the worker's queue.
 TOOL_NAMES: Final = (UPDATE_LONG_TERM_MEMORY, CREATE_LONG_TERM_MEMORY, REMEMBER_THIS_FACT)
 
+# Bounds on what a bot may send (docs/security.md, "Bad input stays bounded"): far above any real
+# conversation, low enough that resolving a name over them stays cheap.
+MAX_PARTICIPANTS: Final = 500
+MAX_ALIASES: Final = 50
+
 
 class Participant(BaseModel):
     """A person of the conversation, as the LLM saw them."""
@@ -35,7 +42,7 @@ class Participant(BaseModel):
 
     user_id: ParticipantId
     display_label: str
-    aliases: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = Field(default=(), max_length=MAX_ALIASES)
     is_bot: bool = False
     is_member: bool = True
 
@@ -50,7 +57,7 @@ class ToolCallContext(BaseModel):
     persona_id: int
     shard_id: NonNegativeInt
     locale: str = "en-US"
-    participants: tuple[Participant, ...] = ()
+    participants: tuple[Participant, ...] = Field(default=(), max_length=MAX_PARTICIPANTS)
     # Set by the bot from the triggerer's Discord permissions; under the edit policy
     # `teacher_or_manager`, a manager may change any memory of the server.
     triggerer_is_manager: bool = False

@@ -6,11 +6,16 @@ Pure data: bot shards use them with whatever AMQP client they have.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "CACHE_BINDING_KEY",
     "DEFAULT_PREFIX",
+    "Binding",
+    "Declarations",
+    "QueueDeclaration",
     "Topology",
     "audit_routing_key",
     "audit_stream_arguments",
@@ -18,8 +23,10 @@ __all__ = [
     "dead_letter_queue_arguments",
     "embed_routing_key",
     "result_routing_key",
+    "shard_declarations",
     "shard_of_routing_key",
     "shard_queue_arguments",
+    "topology_declarations",
     "worker_queue_arguments",
 ]
 
@@ -40,6 +47,10 @@ def shard_of_routing_key(routing_key: str) -> int | None:
     if kind in ("result", "embed") and shard.isascii() and shard.isdigit():
         return int(shard)
     return None
+
+
+# What every gateway process's cache queue is bound with on the events exchange.
+CACHE_BINDING_KEY: Final = "cache.#"
 
 
 def cache_routing_key(cache: str, key: str) -> str:
@@ -85,6 +96,15 @@ class Topology:
     def cache_queue(self, instance: str) -> str:
         return f"{self.prefix}.gateway.cache.{instance}"
 
+    def call_queue(self, instance: str) -> str:
+        """A one-off caller's private queue for its answer (`ltm call`), among the bots'."""
+        return f"{self.prefix}.gateway.call.{instance}"
+
+    @property
+    def gateway_queues_prefix(self) -> str:
+        """Every queue of the bots' processes begins with this: shards, caches, calls."""
+        return f"{self.prefix}.gateway."
+
 
 # Functions, not constants: each caller gets a dict of its own to hand to its AMQP client.
 
@@ -114,3 +134,77 @@ def audit_stream_arguments() -> dict[str, Any]:
         "x-max-age": "30D",
         "x-stream-max-segment-size-bytes": 50_000_000,
     }
+
+
+# The topology as data: what `infra.topology` declares and `ltm broker-definitions` writes out,
+# so that the two cannot diverge. Every exchange is a durable topic exchange; every queue here
+# is durable (a gateway process's own cache queue, exclusive, is declared by that process).
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclaration:
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    exchange: str
+    queue: str
+    routing_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Declarations:
+    exchanges: tuple[str, ...] = ()
+    queues: tuple[QueueDeclaration, ...] = ()
+    bindings: tuple[Binding, ...] = ()
+
+    def __add__(self, other: Declarations) -> Declarations:
+        return Declarations(
+            self.exchanges + other.exchanges,
+            self.queues + other.queues,
+            self.bindings + other.bindings,
+        )
+
+
+def topology_declarations(
+    topology: Topology, tool_names: Iterable[str], shards: Iterable[int] = ()
+) -> Declarations:
+    """The exchanges, the worker's queue bound to each tool name, the dead-letter queue, the
+    audit stream, and the given shards' queues."""
+    shared = Declarations(
+        exchanges=(
+            topology.tool_calls_exchange,
+            topology.dead_letter_exchange,
+            topology.events_exchange,
+        ),
+        queues=(
+            QueueDeclaration(topology.worker_queue, worker_queue_arguments(topology)),
+            QueueDeclaration(topology.dead_letter_queue, dead_letter_queue_arguments()),
+            QueueDeclaration(topology.audit_stream, audit_stream_arguments()),
+        ),
+        bindings=(
+            *(
+                Binding(topology.tool_calls_exchange, topology.worker_queue, name)
+                for name in tool_names
+            ),
+            Binding(topology.dead_letter_exchange, topology.dead_letter_queue, "#"),
+            Binding(topology.events_exchange, topology.audit_stream, "#"),
+        ),
+    )
+    for shard_id in shards:
+        shared += shard_declarations(topology, shard_id)
+    return shared
+
+
+def shard_declarations(topology: Topology, shard_id: int) -> Declarations:
+    """One shard's queue and its bindings (the events exchange is the topology's)."""
+    queue = topology.shard_queue(shard_id)
+    return Declarations(
+        queues=(QueueDeclaration(queue, shard_queue_arguments()),),
+        bindings=(
+            Binding(topology.events_exchange, queue, result_routing_key(shard_id)),
+            Binding(topology.events_exchange, queue, embed_routing_key(shard_id)),
+        ),
+    )

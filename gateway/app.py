@@ -41,10 +41,11 @@ from gateway.memories import MemoryReader
 from gateway.metrics import GatewayMetrics
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
+from infra import amqp
 from infra.logs import get_logger
 from infra.metrics import serve_metrics
-from infra.settings import Settings
-from infra.topology import declare_topology
+from infra.settings import Settings, broker_user
+from infra.topology import declare_shard_queue, ensure_topology
 
 __all__ = ["Gateway", "open_sender", "run_gateway"]
 
@@ -109,7 +110,7 @@ class Gateway:
         it is given them); a registry of its own by default.
 
         `connection`: an AMQP connection to share; without one the gateway opens and closes
-        its own (`aio_pika.connect_robust(settings.amqp_url)`), which comes back after a
+        its own (`infra.amqp.connect_robust(settings)`), which comes back after a
         broker restart or a dropped connection every `reconnect_interval_s` (aio-pika's 5 s by
         default), declaring its queues and consumers again.
 
@@ -189,8 +190,8 @@ class Gateway:
         owned = tuple(sorted(set(self.shards).union(shards or ())))
         self._check_shards(owned)
         if self._connection is None:
-            self._connection = await aio_pika.connect_robust(
-                self.settings.amqp_url,
+            self._connection = await amqp.connect_robust(
+                self.settings,
                 client_properties={"connection_name": self.connection_name},
                 reconnect_interval=self.reconnect_interval_s,
             )
@@ -216,11 +217,15 @@ class Gateway:
         return f"{self.topology.prefix}-gateway-{self.instance}"
 
     async def _open(self, connection: AbstractRobustConnection, shards: Iterable[int]) -> None:
+        # The bots' broker account may declare only the gateways' own queues: the shared
+        # topology is checked (declared when missing and allowed), not declared again.
+        await ensure_topology(connection, self.topology)
         # A plain channel: aio-pika reopens a robust one the broker closed (as a mismatch does)
-        # even once closed here. The shards' queues too are declared here first, for that reason.
+        # even once closed here. The shards' queues are declared here first, for that reason.
         declare_channel = await aio_pika.Channel(connection)
         try:
-            await declare_topology(declare_channel, self.topology, shards)
+            for shard_id in shards:
+                await declare_shard_queue(declare_channel, self.topology, shard_id)
         finally:
             await _close_channel(declare_channel)
 
@@ -231,6 +236,7 @@ class Gateway:
             self.topology,
             timeout_s=self.tool_timeout_s,
             shards=self.shards or None,  # not known yet (a bot before its shards are up)
+            user_id=broker_user(str(getattr(connection, "url", self.settings.amqp_url))),
         )
         await self._tool_client.start()
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from contracts import (
     EmbedRequested,
@@ -33,7 +33,7 @@ from gateway.delivery import Delivery, EmbedSender
 from gateway.inflight import InFlight
 from gateway.metrics import GatewayMetrics
 from infra.logs import get_logger
-from infra.topology import declare_events_exchange, declare_shard_queue
+from infra.topology import declare_shard_queue
 
 __all__ = ["ResultSink", "SeenEvents", "ShardConsumer"]
 
@@ -112,7 +112,6 @@ class ShardConsumer:
         self._locks = _KeyedLocks()
         self._inflight = InFlight()
         self._consumers: dict[int, tuple[AbstractQueue, str]] = {}
-        self._events: AbstractExchange | None = None  # declared once on the channel, not per shard
         # Sends run as tasks of their own: a channel closing cancels the delivery's handler,
         # not a POST already on its way, and the redelivered copy waits for that POST.
         self._sending: dict[uuid.UUID, asyncio.Task[Delivery]] = {}
@@ -130,11 +129,7 @@ class ShardConsumer:
         for shard_id in shards:
             if shard_id in self._consumers:
                 continue
-            if self._events is None:
-                self._events = await declare_events_exchange(self._channel, self._topology)
-            queue = await declare_shard_queue(
-                self._channel, self._topology, shard_id, events=self._events
-            )
+            queue = await declare_shard_queue(self._channel, self._topology, shard_id)
             tag = await queue.consume(self._on_message)
             self._consumers[shard_id] = (queue, tag)
             log.info("shard.consuming", shard_id=shard_id, queue=queue.name)

@@ -134,14 +134,20 @@ class ToolClient:
         *,
         timeout_s: float = 30.0,
         shards: Iterable[int] | None = None,
+        user_id: str | None = None,
     ) -> None:
         """`channel` must have publisher confirms on (aio-pika's default).
 
         `shards`: those whose results this process consumes; a call for another shard is
         refused, as its result would never come back here. None: not checked.
+
+        `user_id`: the broker user of `channel`'s connection (`Settings.amqp_user`), set on
+        every call: the broker refuses any other, so the worker can tell who published a call
+        (`LTM_TRUSTED_PUBLISHERS`). None sets none.
         """
         self._channel = channel
         self._topology = topology
+        self.user_id = user_id
         self.timeout_s = timeout_s
         self._shards: frozenset[int] | None = None if shards is None else frozenset(shards)
         self._exchange: AbstractExchange | None = None
@@ -160,8 +166,10 @@ class ToolClient:
         return len(self._waiting)
 
     async def start(self) -> None:
-        self._exchange = await self._channel.declare_exchange(
-            self._topology.tool_calls_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+        """The exchange must exist (`infra.topology.ensure_topology`): it is published to, not
+        declared, since the bots' broker account may not declare it."""
+        self._exchange = await self._channel.get_exchange(
+            self._topology.tool_calls_exchange, ensure=False
         )
         self._closed = False
 
@@ -225,7 +233,9 @@ class ToolClient:
         try:
             try:
                 confirmation = await self._exchange.publish(
-                    aio_pika.Message(encode_event(request), **amqp_properties(request)),
+                    aio_pika.Message(
+                        encode_event(request), **amqp_properties(request), user_id=self.user_id
+                    ),
                     routing_key=request.tool_name,
                     mandatory=True,
                     timeout=timeout_s,

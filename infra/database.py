@@ -10,6 +10,7 @@ from alembic import command
 from alembic.config import Config
 from psycopg import sql
 
+from infra.redaction import mask_passwords
 from infra.settings import to_sqlalchemy_url
 
 __all__ = [
@@ -28,7 +29,7 @@ def _split(url: str) -> tuple[str, str]:
     info = psycopg.conninfo.conninfo_to_dict(url)
     name = str(info.get("dbname") or "")
     if not name:
-        raise ValueError(f"the database URL names no database: {url!r}")
+        raise ValueError(f"the database URL names no database: {mask_passwords(url)!r}")
     info["dbname"] = "postgres"
     return name, psycopg.conninfo.make_conninfo("", **info)
 

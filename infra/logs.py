@@ -9,6 +9,8 @@ from typing import Any, TextIO, cast
 import orjson
 import structlog
 
+from infra.redaction import mask_passwords_in_log
+
 __all__ = ["configure_logging", "get_logger"]
 
 
@@ -66,6 +68,8 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
             *shared,
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info if use_json else structlog.dev.set_exc_info,
+            # Last before rendering: what any processor or caller put in is masked too.
+            mask_passwords_in_log,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -79,7 +83,11 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                mask_passwords_in_log,
+                renderer,
+            ],
             foreign_pre_chain=shared,
         )
     )

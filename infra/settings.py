@@ -1,20 +1,58 @@
-"""Every setting of every process, read from the environment (docs/contract.md, "Settings")."""
+"""Every setting of every process, read from the environment (docs/contract.md, "Settings").
+
+Each secret may instead come from a file named by `<VARIABLE>_FILE` (`LTM_DATABASE_URL_FILE`,
+`DISCORD_TOKEN_FILE`, …), the convention of Docker secrets: the file's content, trailing
+newline dropped.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import os
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from contracts import DEFAULT_PREFIX
+from infra.redaction import mask_passwords
 
-__all__ = ["Settings"]
+__all__ = ["SECRET_SETTINGS", "Settings", "SettingsError", "broker_user", "to_sqlalchemy_url"]
+
+ENV_PREFIX: Final = "LTM_"
+
+# The settings that may come from a file (`<VARIABLE>_FILE`): those that hold a password.
+SECRET_SETTINGS: Final = frozenset(
+    {
+        "database_url",
+        "amqp_url",
+        "discord_token",
+        "broker_worker_password",
+        "broker_bot_password",
+        "broker_operator_password",
+    }
+)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LTM_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     database_url: str = "postgresql://localhost/ltm"
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    # `amqps://` URLs: the CA the broker's certificate is checked against (else the system's),
+    # and a client certificate for brokers that ask for one.
+    amqp_ca_file: Path | None = None
+    amqp_cert_file: Path | None = None
+    amqp_key_file: Path | None = None
     amqp_prefix: str = DEFAULT_PREFIX
     max_memory_length: int = Field(default=1000, ge=1)
     # How many memories the create tool lets a scope hold: a server's of one persona lineage,
@@ -31,6 +69,19 @@ class Settings(BaseSettings):
     # Where /metrics, /healthz and /readyz listen: this host only unless asked (a container
     # sets 0.0.0.0 for its scraper and its health check to reach them).
     metrics_host: str = "127.0.0.1"
+
+    # Least privilege (README, "Security"): the broker accounts of each role, for
+    # `ltm broker-definitions`, and the accounts whose tool calls the worker takes.
+    broker_worker_user: str = "ltm-worker"
+    broker_bot_user: str = "ltm-bot"
+    broker_operator_user: str = "ltm-operator"
+    broker_worker_password: SecretStr | None = None
+    broker_bot_password: SecretStr | None = None
+    broker_operator_password: SecretStr | None = None
+    # Unset: every publisher is accepted (and the worker says so at start).
+    trusted_publishers: Annotated[frozenset[str] | None, NoDecode] = None
+    # A tool call's body larger than this is dead-lettered without being parsed.
+    max_message_bytes: int = Field(default=262_144, ge=1)
 
     # Beyond the contract: how hard one worker process works.
     prefetch: int = Field(default=256, ge=1)
@@ -54,16 +105,100 @@ class Settings(BaseSettings):
     gateway_metrics_port: int = Field(default=9465, ge=0, le=65535)
     user_cache_ttl_s: float = 1800.0
 
+    @field_validator("trusted_publishers", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        names = frozenset(name.strip() for name in value.split(",") if name.strip())
+        return names or None  # blank is unset, not "trust nobody"
+
+    @property
+    def amqp_user(self) -> str | None:
+        """The broker user `amqp_url` logs in as (`broker_user`)."""
+        return broker_user(self.amqp_url)
+
     @property
     def sqlalchemy_url(self) -> str:
         """The same database through SQLAlchemy's psycopg 3 dialect."""
         return to_sqlalchemy_url(self.database_url)
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, mask_passwords(value) if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            SecretFiles(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
+
+
+class SecretFiles(PydanticBaseSettingsSource):
+    """`<VARIABLE>_FILE` for each of `SECRET_SETTINGS`: the value is that file's content, one
+    trailing newline dropped. Setting both the variable and its `_FILE` is an error."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        variable = environment_variable(field_name, field)
+        path = os.environ.get(f"{variable}_FILE")
+        if path is None:
+            return None, field_name, False
+        if variable in os.environ:
+            raise SettingsError(f"{variable} and {variable}_FILE are both set: set only one")
+        try:
+            content = Path(path).read_text(encoding="utf-8")
+        except OSError as error:
+            raise SettingsError(f"{variable}_FILE: cannot read {path}: {error.strerror}") from None
+        return content.removesuffix("\n").removesuffix("\r"), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            if name not in SECRET_SETTINGS:
+                continue
+            value, _, _ = self.get_field_value(field, name)
+            if value is not None:
+                values[_input_key(name, field)] = value
+        return values
+
+
+def environment_variable(field_name: str, field: FieldInfo) -> str:
+    """The variable a setting is read from: its alias (`DISCORD_TOKEN`), else `LTM_<NAME>`."""
+    alias = field.validation_alias
+    return alias if isinstance(alias, str) else f"{ENV_PREFIX}{field_name.upper()}"
+
+
+def _input_key(field_name: str, field: FieldInfo) -> str:
+    alias = field.validation_alias
+    return alias if isinstance(alias, str) else field_name
+
+
+def broker_user(amqp_url: str) -> str | None:
+    """The broker user an AMQP URL logs in as, the `user_id` its messages may carry: the
+    URL's, else RabbitMQ's `guest`; None when a client certificate names the user
+    (`?auth=external`)."""
+    parts = urllib.parse.urlsplit(amqp_url)
+    if parts.username:
+        return urllib.parse.unquote(parts.username)
+    external = urllib.parse.parse_qs(parts.query).get("auth", [""])[0].lower() == "external"
+    return None if external else "guest"
+
 
 def to_sqlalchemy_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"not a database URL: {url!r}")
+        raise ValueError(f"not a database URL: {mask_passwords(url)!r}")
     if scheme in ("postgresql", "postgres", "postgresql+psycopg2"):
         scheme = "postgresql+psycopg"
     return f"{scheme}://{rest}"

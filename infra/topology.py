@@ -1,90 +1,140 @@
-"""Declares the broker topology of docs/contract.md, idempotently, under a prefix."""
+"""Declares the broker topology of docs/contract.md, idempotently, under a prefix.
+
+What is declared is `contracts.topology_declarations`: the same data `ltm broker-definitions`
+writes out for a broker to load at boot, so that the two cannot diverge.
+
+A process declares what its broker account may declare. The worker and `ltm topology`
+declare the whole topology; a gateway process, whose account (the bots') may not, checks the
+shared part passively and declares only its own queues (`ensure_topology`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractQueue
 
 from contracts import (
+    CACHE_BINDING_KEY,
     TOOL_NAMES,
+    Declarations,
     Topology,
-    audit_stream_arguments,
-    dead_letter_queue_arguments,
-    embed_routing_key,
-    result_routing_key,
-    shard_queue_arguments,
-    worker_queue_arguments,
+    shard_declarations,
+    topology_declarations,
 )
+from infra.logs import get_logger
 
 __all__ = [
+    "TopologyMissing",
+    "declare",
     "declare_cache_queue",
-    "declare_events_exchange",
     "declare_shard_queue",
     "declare_topology",
+    "ensure_topology",
 ]
+
+log = get_logger(__name__)
+
+
+class TopologyMissing(RuntimeError):
+    """The shared topology is not there, and this broker account may not declare it."""
+
+
+async def declare(channel: AbstractChannel, declarations: Declarations) -> list[AbstractQueue]:
+    """Declares the exchanges and queues and binds them; returns the queues, in order.
+
+    A binding's exchange that `declarations` does not declare must exist already.
+    """
+    exchanges: dict[str, AbstractExchange] = {}
+    for name in declarations.exchanges:
+        exchanges[name] = await channel.declare_exchange(
+            name, aio_pika.ExchangeType.TOPIC, durable=True
+        )
+    queues: dict[str, AbstractQueue] = {}
+    for queue in declarations.queues:
+        queues[queue.name] = await channel.declare_queue(
+            queue.name, durable=True, arguments=dict(queue.arguments)
+        )
+    for binding in declarations.bindings:
+        exchange = exchanges.get(binding.exchange) or await channel.get_exchange(
+            binding.exchange, ensure=False
+        )
+        await queues[binding.queue].bind(exchange, routing_key=binding.routing_key)
+    return list(queues.values())
 
 
 async def declare_topology(
     channel: AbstractChannel, topology: Topology, shards: Iterable[int] = ()
 ) -> None:
     """Everything the worker and the operators' tools need, plus the given shards' queues."""
-    tool_calls = await channel.declare_exchange(
-        topology.tool_calls_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
-    dead_letter = await channel.declare_exchange(
-        topology.dead_letter_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
-    events = await declare_events_exchange(channel, topology)
-    worker = await channel.declare_queue(
-        topology.worker_queue, durable=True, arguments=worker_queue_arguments(topology)
-    )
-    for tool_name in TOOL_NAMES:
-        await worker.bind(tool_calls, routing_key=tool_name)
-    dead = await channel.declare_queue(
-        topology.dead_letter_queue, durable=True, arguments=dead_letter_queue_arguments()
-    )
-    await dead.bind(dead_letter, routing_key="#")
-    audit = await channel.declare_queue(
-        topology.audit_stream, durable=True, arguments=audit_stream_arguments()
-    )
-    await audit.bind(events, routing_key="#")
-    for shard_id in shards:
-        await declare_shard_queue(channel, topology, shard_id, events=events)
+    await declare(channel, topology_declarations(topology, TOOL_NAMES, shards))
 
 
-async def declare_events_exchange(channel: AbstractChannel, topology: Topology) -> AbstractExchange:
-    return await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
+async def ensure_topology(connection: AbstractConnection, topology: Topology) -> None:
+    """Checks passively that the shared topology exists, and declares it when it does not.
+
+    An account that may not declare it (the bots') gets `TopologyMissing`, saying what to do,
+    instead of a channel closed on an access refused. Each check has a channel of its own
+    (a failed one closes it), plain, never reopened by a robust connection.
+    """
+    declarations = topology_declarations(topology, TOOL_NAMES)
+    missing = await _first_missing(connection, declarations)
+    if missing is None:
+        return
+    log.info("topology missing; declaring it", missing=missing, prefix=topology.prefix)
+    channel = await aio_pika.Channel(connection)
+    try:
+        await declare(channel, declarations)
+    except aiormq.exceptions.ChannelAccessRefused as error:
+        raise TopologyMissing(
+            f"{missing} does not exist and this broker account may not declare it: load the "
+            "definitions of `ltm broker-definitions` into the broker, or run `ltm topology` "
+            f"as the worker's account ({error})"
+        ) from None
+    finally:
+        await _close(channel)
+
+
+async def _first_missing(connection: AbstractConnection, declarations: Declarations) -> str | None:
+    channel = await aio_pika.Channel(connection)
+    name = ""
+    try:
+        for name in declarations.exchanges:
+            await channel.declare_exchange(name, passive=True)
+        for name in (queue.name for queue in declarations.queues):
+            await channel.declare_queue(name, passive=True)
+    except aiormq.exceptions.ChannelNotFoundEntity:
+        return name
+    finally:
+        await _close(channel)
+    return None
+
+
+async def _close(channel: AbstractChannel) -> None:
+    if not channel.is_closed:
+        await channel.close()
 
 
 async def declare_shard_queue(
-    channel: AbstractChannel,
-    topology: Topology,
-    shard_id: int,
-    *,
-    events: AbstractExchange | None = None,
+    channel: AbstractChannel, topology: Topology, shard_id: int
 ) -> AbstractQueue:
-    """`events`: the events exchange, when already declared on `channel`."""
-    if events is None:
-        events = await declare_events_exchange(channel, topology)
-    queue = await channel.declare_queue(
-        topology.shard_queue(shard_id), durable=True, arguments=shard_queue_arguments()
-    )
-    await queue.bind(events, routing_key=result_routing_key(shard_id))
-    await queue.bind(events, routing_key=embed_routing_key(shard_id))
+    """A shard's queue, bound to the events exchange (which must exist)."""
+    [queue] = await declare(channel, shard_declarations(topology, shard_id))
     return queue
 
 
 async def declare_cache_queue(
     channel: AbstractChannel, topology: Topology, instance: str
 ) -> AbstractQueue:
-    """A per-process queue of every invalidation; named, so it survives a reconnect's redeclare."""
-    events = await declare_events_exchange(channel, topology)
+    """A per-process queue of every invalidation; named, so it survives a reconnect's redeclare.
+
+    The events exchange must exist: it is bound to, not declared.
+    """
+    events = await channel.get_exchange(topology.events_exchange, ensure=False)
     queue = await channel.declare_queue(
         topology.cache_queue(instance), exclusive=True, auto_delete=True
     )
-    await queue.bind(events, routing_key="cache.#")
+    await queue.bind(events, routing_key=CACHE_BINDING_KEY)
     return queue

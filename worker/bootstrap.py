@@ -8,9 +8,8 @@ import contextlib
 import gc
 import signal
 
-import aio_pika
-
 from contracts import Topology
+from infra import amqp
 from infra.logs import get_logger
 from infra.metrics import serve_metrics
 from infra.settings import Settings
@@ -58,7 +57,7 @@ def _stop_on_signals(worker: Worker) -> None:
 
 
 async def declare_topology(settings: Settings) -> int:
-    connection = await aio_pika.connect(settings.amqp_url)
+    connection = await amqp.connect(settings)
     async with connection:
         channel = await connection.channel()
         await declare_broker_topology(

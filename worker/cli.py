@@ -12,13 +12,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import aiormq.exceptions
 import psycopg
 import sqlalchemy.exc
 from pydantic import TypeAdapter, ValidationError
 
 from contracts import DiscordId
 from infra.logs import configure_logging
-from infra.settings import Settings
+from infra.redaction import mask_passwords
+from infra.settings import Settings, SettingsError
 from worker.ops.output import ExitCode
 
 __all__ = ["build_parser", "main"]
@@ -108,12 +110,33 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", title="commands"
     )
 
-    _command(commands, "migrate", "create the database if needed and upgrade its schema")
+    migrate = _command(commands, "migrate", "create the database if needed and upgrade its schema")
+    migrate.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the roles ltm_worker, ltm_gateway and ltm_operator (without login) "
+        "when missing, and grant each only what it uses",
+    )
     _command(
         commands,
         "topology",
         "declare the exchanges and queues",
         "Shard queues 0 to LTM_SHARD_COUNT-1 are declared too; declaring again changes nothing.",
+    )
+    definitions = _command(
+        commands,
+        "broker-definitions",
+        "print the broker's definitions: accounts per role and the topology",
+        "JSON for `rabbitmqctl import_definitions` or the broker's load_definitions: the "
+        "virtual host, the users of LTM_BROKER_WORKER_USER, LTM_BROKER_BOT_USER and "
+        "LTM_BROKER_OPERATOR_USER with their permissions and password hashes (passwords from "
+        "LTM_BROKER_*_PASSWORD), and every exchange, queue and binding. Exit code 2 when a "
+        "password is missing.",
+    )
+    definitions.add_argument(
+        "--vhost",
+        metavar="V",
+        help="the virtual host (default: the one LTM_AMQP_URL names, else /)",
     )
     _command(
         commands,
@@ -303,7 +326,11 @@ def _run(coroutine: Coroutine[Any, Any, int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except (ValidationError, SettingsError) as error:
+        _say(args.command, error)
+        return ExitCode.USAGE
     configure_logging(settings.log_level, settings.log_format)
     try:
         code = _dispatch(args, settings)
@@ -311,9 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         return _output_closed()
-    except (OSError, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
-        # A broker or database that does not answer: one line.
-        print(f"ltm {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+    except (
+        OSError,
+        psycopg.OperationalError,
+        sqlalchemy.exc.OperationalError,
+        aiormq.exceptions.ChannelAccessRefused,
+    ) as error:
+        # A broker or database that does not answer or refuses this account: one line.
+        _say(args.command, error)
         return ExitCode.FAILED
     return code
 
@@ -351,6 +383,11 @@ def _read_call(args: argparse.Namespace) -> bytes:
         parser.error(f"cannot read {path}: {error.strerror or error}")
 
 
+def _say(command: str, error: BaseException) -> None:
+    text = " ".join(str(error).split())  # one line, whatever the library put in
+    print(mask_passwords(f"ltm {command}: {type(error).__name__}: {text}"), file=sys.stderr)
+
+
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from worker import bootstrap
 
@@ -362,9 +399,18 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             created = migrate(settings.database_url)
             found = f"created database {name}" if created else f"database {name} exists"
             print(f"{found}; its schema is up to date")
+            if args.roles:
+                from infra.database_roles import ROLES, grant_roles
+
+                grant_roles(settings.database_url)
+                print(f"roles {', '.join(ROLES)} exist, granted what each uses in {name}")
             return ExitCode.OK
         case "topology":
             return _run(bootstrap.declare_topology(settings))
+        case "broker-definitions":
+            from worker.ops.broker_definitions import print_definitions
+
+            return print_definitions(settings, vhost=args.vhost)
         case "worker":
             return _run(bootstrap.run_worker(settings))
         case "gateway":

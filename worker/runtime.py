@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import aio_pika
 import aiormq
 import psycopg
 import structlog
@@ -39,8 +38,10 @@ from contracts import (
     result_routing_key,
     shard_of_routing_key,
 )
+from infra import amqp
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
+from infra.redaction import mask_passwords
 from infra.settings import Settings
 from infra.topology import declare_topology
 from worker import failpoints
@@ -49,6 +50,7 @@ from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxRow, OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
+from worker.core.admission import refusal
 from worker.core.model import Rejection
 from worker.service import Processed, process_tool_calls
 from worker.tools.base import answer
@@ -132,17 +134,22 @@ class Worker:
 
     async def run(self) -> None:
         """Consumes until `stop()`, reconnecting whenever the broker goes away."""
+        self._say_whom_it_trusts()
         backoff = 0.2
         sweeper = asyncio.create_task(self._sweep_forever(), name="outbox-sweep")
         try:
             while not self._stopping.is_set():
                 try:
-                    connection = await aio_pika.connect(
-                        self.settings.amqp_url,
-                        client_properties={"connection_name": "ltm-worker"},
+                    connection = await amqp.connect(
+                        self.settings, client_properties={"connection_name": "ltm-worker"}
                     )
                 except (OSError, aiormq.exceptions.AMQPError) as error:
-                    log.warning("broker unreachable", error=str(error), retry_in_s=backoff)
+                    log.warning(
+                        "broker unreachable",
+                        url=mask_passwords(self.settings.amqp_url),
+                        error=str(error),
+                        retry_in_s=backoff,
+                    )
                     await self._pause(backoff)
                     backoff = min(backoff * 2, _RECONNECT_MAX_S)
                     continue
@@ -154,6 +161,15 @@ class Worker:
                 await sweeper
             await self.store.close()
             log.info("worker stopped")
+
+    def _say_whom_it_trusts(self) -> None:
+        trusted = self.settings.trusted_publishers
+        if trusted is None:
+            log.warning(
+                "every publisher's tool calls are accepted: LTM_TRUSTED_PUBLISHERS is not set"
+            )
+        else:
+            log.info("tool calls are accepted from these broker users only", users=sorted(trusted))
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -248,6 +264,21 @@ class Worker:
 
     async def _handle(self, message: DeliveredMessage, delivered_at: float) -> None:
         """`delivered_at`: `time.perf_counter()` when the delivery came, for the latencies."""
+        refused = refusal(
+            user_id=message.header.properties.user_id,
+            size=len(message.body),
+            trusted_publishers=self.settings.trusted_publishers,
+            max_bytes=self.settings.max_message_bytes,
+        )
+        if refused is not None:
+            await self._dead_letter(
+                message,
+                refused.reason,
+                cause=refused.cause,
+                delivered_at=delivered_at,
+                read_body=False,
+            )
+            return
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:
@@ -431,12 +462,19 @@ class Worker:
         self.metrics.calls.labels(failure.status.value, "false").inc()
 
     async def _dead_letter(
-        self, message: DeliveredMessage, reason: str, *, cause: str, delivered_at: float
+        self,
+        message: DeliveredMessage,
+        reason: str,
+        *,
+        cause: str,
+        delivered_at: float,
+        read_body: bool = True,
     ) -> None:
+        """`read_body` False: nothing of the body is parsed, not even for its ids."""
         publisher = self._publisher
         assert publisher is not None
         # The ids the copy carries (`ltm dlq list` shows them), not only those that came.
-        ids = dead_letter_ids(message)
+        ids = dead_letter_ids(message, read_body=read_body)
         log.warning(
             "dead-lettering",
             reason=reason,

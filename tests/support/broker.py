@@ -112,6 +112,7 @@ def _delivery(message: AbstractIncomingMessage) -> Delivery:
             "delivery_mode": message.delivery_mode,
             "expiration": message.expiration,
             "timestamp": message.timestamp,
+            "user_id": message.user_id,
         },
     )
 

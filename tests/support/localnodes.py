@@ -35,6 +35,8 @@ __all__ = [
     "self_signed_tls",
     "started_cluster",
     "started_pair",
+    "tls_node",
+    "tls_postgres",
 ]
 
 
@@ -191,3 +193,29 @@ def postgres_pair(machine_services: MachineServices) -> Iterator[PostgresPair]:
     start their own (`started_pair`)."""
     with started_pair() as pair:
         yield pair
+
+
+@pytest.fixture(scope="session")
+def tls_node(
+    machine_services: MachineServices, localnodes_tls: TlsFiles
+) -> Iterator[RabbitCluster]:
+    """One node whose TLS listener asks every client for a certificate of the CA, with a user
+    and virtual host of its own; shared by the session's TLS tests."""
+    with started_cluster(
+        size=1,
+        tls=localnodes_tls,
+        require_client_cert=True,
+        user="ltm-tls",
+        password="tls-secret",
+        vhost="ltm",
+    ) as single:
+        yield single
+
+
+@pytest.fixture(scope="session")
+def tls_postgres(
+    machine_services: MachineServices, localnodes_tls: TlsFiles
+) -> Iterator[PostgresPair]:
+    """One PostgreSQL instance with `ssl = on` and the CA's server certificate."""
+    with started_pair(standby=False, tls=localnodes_tls) as single:
+        yield single

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "infra" / "docker" / "Dockerfile"
-LTM_SERVICES = ("migrate", "worker", "gateway")
+LTM_SERVICES = ("broker-definitions", "migrate", "worker", "gateway", "operator")
+SECRETS_SCRIPT = ROOT / "infra" / "docker" / "secrets.sh"
+# Each part's broker account and database role, as Docker secrets of URLs.
+ROLE_SECRETS = {
+    "worker": ("worker-amqp-url", "worker-database-url"),
+    "gateway": ("bot-amqp-url", "gateway-database-url"),
+    "operator": ("operator-amqp-url", "operator-database-url"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +42,87 @@ def _command(service: dict[str, Any]) -> str:
 
 
 def test_the_services(services: dict[str, Any]) -> None:
-    assert set(services) == {"rabbitmq", "postgres", "migrate", "worker", "gateway"}
+    assert set(services) == {"rabbitmq", "postgres", *LTM_SERVICES}
     assert services["rabbitmq"]["image"] == "rabbitmq:3.13-management"
     assert services["postgres"]["image"] == "postgres:15"
     for name in LTM_SERVICES:
-        service = services[name]
-        assert service["build"]["dockerfile"] == "infra/docker/Dockerfile", name
-        environment = service["environment"]
-        assert "@postgres:5432/" in environment["LTM_DATABASE_URL"], name
-        assert "@rabbitmq:5672/" in environment["LTM_AMQP_URL"], name
+        assert services[name]["build"]["dockerfile"] == "infra/docker/Dockerfile", name
+
+
+@pytest.mark.parametrize("name", sorted(ROLE_SECRETS))
+def test_each_part_connects_as_its_role_with_secrets(services: dict[str, Any], name: str) -> None:
+    service = services[name]
+    amqp, database = ROLE_SECRETS[name]
+    environment = service["environment"]
+    assert environment["LTM_AMQP_URL_FILE"] == f"/run/secrets/{amqp}"
+    assert environment["LTM_DATABASE_URL_FILE"] == f"/run/secrets/{database}"
+    assert "LTM_AMQP_URL" not in environment and "LTM_DATABASE_URL" not in environment
+    assert sorted(service["secrets"]) == sorted(ROLE_SECRETS[name])
+
+
+def test_no_password_is_written_in_the_file() -> None:
+    text = COMPOSE_FILE.read_text(encoding="utf-8")
+    assert re.search(r"://[^/\s:@]+:[^/\s@]+@", text) is None
+    assert "PASSWORD:" not in text  # only PASSWORD_FILE settings
+
+
+def test_the_broker_boots_with_the_definitions_of_ltm(services: dict[str, Any]) -> None:
+    definitions = services["broker-definitions"]
+    assert _command(definitions) == (
+        "sh -c ltm broker-definitions --vhost ltm > /home/ltm/definitions/definitions.json"
+    )
+    for role in ("WORKER", "BOT", "OPERATOR"):
+        variable = f"LTM_BROKER_{role}_PASSWORD_FILE"
+        secret = f"broker-{role.lower()}-password"
+        assert definitions["environment"][variable] == f"/run/secrets/{secret}"
+        assert secret in definitions["secrets"]
+    rabbitmq = services["rabbitmq"]
+    assert rabbitmq["depends_on"] == {
+        "broker-definitions": {"condition": "service_completed_successfully"}
+    }
+    assert "rabbitmq-definitions:/etc/rabbitmq/definitions:ro" in rabbitmq["volumes"]
+    config = ROOT / "infra" / "docker" / "rabbitmq.conf"
+    assert (
+        f"./{config.relative_to(ROOT)}:/etc/rabbitmq/conf.d/20-ltm.conf:ro" in (rabbitmq["volumes"])
+    )
+    assert "load_definitions = /etc/rabbitmq/definitions/definitions.json" in config.read_text()
+    assert "RABBITMQ_DEFAULT_PASS" not in rabbitmq.get("environment", {})
+
+
+def test_the_worker_takes_calls_of_the_bots_and_the_operators_only(
+    services: dict[str, Any],
+) -> None:
+    assert services["worker"]["environment"]["LTM_TRUSTED_PUBLISHERS"] == "ltm-bot,ltm-operator"
+
+
+def test_postgres_makes_a_login_role_per_part(services: dict[str, Any]) -> None:
+    postgres = services["postgres"]
+    assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
+    assert (
+        "./infra/docker/postgres-logins.sh:/docker-entrypoint-initdb.d/10-ltm-logins.sh:ro"
+        in postgres["volumes"]
+    )
+    assert sorted(postgres["secrets"]) == sorted(
+        ["postgres-password", "db-worker-password", "db-gateway-password", "db-operator-password"]
+    )
+
+
+def test_the_secrets_script_makes_every_secret_the_file_names(tmp_path: Path) -> None:
+    compose: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    folder = tmp_path / "secrets"
+    for _ in range(2):  # a second run keeps the passwords
+        subprocess.run(["sh", str(SECRETS_SCRIPT), str(folder)], check=True, capture_output=True)
+    made = {path.name: path.read_text().strip() for path in folder.iterdir()}
+    named = {Path(secret["file"]).name for secret in compose["secrets"].values()}
+    assert set(made) == named
+    assert all(made.values())
+    assert made["worker-amqp-url"] == (
+        f"amqp://ltm-worker:{made['broker-worker-password']}@rabbitmq:5672/ltm"
+    )
+    assert made["gateway-database-url"] == (
+        f"postgresql://ltm_gateway_login:{made['db-gateway-password']}@postgres:5432/ltm"
+    )
+    assert (folder.stat().st_mode & 0o777) == 0o700
 
 
 def test_the_broker_and_database_have_health_checks(services: dict[str, Any]) -> None:
@@ -55,14 +135,12 @@ def test_the_broker_and_database_have_health_checks(services: dict[str, Any]) ->
     assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
 
 
-def test_migrate_runs_once_when_both_are_healthy(services: dict[str, Any]) -> None:
+def test_migrate_runs_once_and_grants_the_roles(services: dict[str, Any]) -> None:
     migrate = services["migrate"]
-    assert _command(migrate) == "sh -c ltm migrate && ltm topology"
+    assert migrate["command"] == ["migrate", "--roles"]
+    assert migrate["environment"]["LTM_DATABASE_URL_FILE"] == "/run/secrets/admin-database-url"
     assert migrate["restart"] == "no"
-    assert migrate["depends_on"] == {
-        "rabbitmq": {"condition": "service_healthy"},
-        "postgres": {"condition": "service_healthy"},
-    }
+    assert migrate["depends_on"] == {"postgres": {"condition": "service_healthy"}}
 
 
 @pytest.mark.parametrize("name", ["worker", "gateway"])

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
 
 import aio_pika
 import aiormq
@@ -34,6 +33,12 @@ from contracts import (
     Event,
     Topology,
     encode_event,
+)
+from contracts.dead_letters import (
+    ATTEMPTS_HEADER,
+    ERROR_HEADER,
+    FAILED_AT_HEADER,
+    ORIGINAL_USER_ID_HEADER,
 )
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
@@ -52,9 +57,6 @@ __all__ = [
     "event_properties",
 ]
 
-ERROR_HEADER: Final = "x-ltm-error"
-FAILED_AT_HEADER: Final = "x-ltm-failed-at"
-ATTEMPTS_HEADER: Final = "x-ltm-attempts"
 _MAX_REASON = 1000
 
 log = get_logger("ltm.worker")
@@ -117,6 +119,10 @@ class EventPublisher:
         # dead-letter queue's own count grows each time an operator lists it.
         previous = headers.get("x-delivery-count")
         headers[ATTEMPTS_HEADER] = (previous if isinstance(previous, int) else 0) + 1
+        # The broker refuses a user_id other than this connection's user: the publisher's
+        # is kept in a header instead (the first one, if the call was replayed before).
+        if came.user_id and ORIGINAL_USER_ID_HEADER not in headers:
+            headers[ORIGINAL_USER_ID_HEADER] = came.user_id
         properties = Basic.Properties(
             content_type=came.content_type,
             content_encoding=came.content_encoding,
@@ -128,7 +134,6 @@ class EventPublisher:
             message_id=event_id,
             timestamp=came.timestamp,
             message_type=came.message_type,
-            user_id=came.user_id,
             app_id=came.app_id,
         )
         await self._publish(self._dead_letter, message.body, message.routing_key or "", properties)
@@ -160,15 +165,17 @@ class DeadLetterIds:
     tool_call_id: str | None
 
 
-def dead_letter_ids(message: DeliveredMessage) -> DeadLetterIds:
+def dead_letter_ids(message: DeliveredMessage, *, read_body: bool = True) -> DeadLetterIds:
     """The delivery's message_id, else the body's `event_id`, else a new one; its
     correlation_id, else the body's `tool_call_id`. The body is read leniently: a message
     dead-lettered for being no valid envelope often still says which call it was. (Without
     an id of ours, aiormq would make one up on publishing, which no log line would show.)
+    `read_body` False: the properties only (a body too large, or an untrusted publisher's,
+    is never parsed).
     """
     properties = message.header.properties
     event_id, tool_call_id = properties.message_id, properties.correlation_id
-    if not (event_id and tool_call_id):
+    if read_body and not (event_id and tool_call_id):
         body = _json_object(message.body)
         event_id = event_id or _text(body.get("event_id"))
         tool_call_id = tool_call_id or _text(body.get("tool_call_id"))
@@ -222,10 +229,9 @@ class ShardQueues:
         if self._channel is None or self._channel.is_closed:
             self._channel = await self._connection.channel()
         try:
-            # The exchange as the connection's start declared it, not declared again: one
-            # deleted meanwhile must fail the publish and make the worker start over.
-            events = await self._channel.get_exchange(self._topology.events_exchange, ensure=False)
-            await declare_shard_queue(self._channel, self._topology, shard_id, events=events)
+            # Bound to the exchange as the connection's start declared it, not declared again:
+            # one deleted meanwhile must fail the publish and make the worker start over.
+            await declare_shard_queue(self._channel, self._topology, shard_id)
         except aiormq.exceptions.ChannelClosed as error:
             # Declared otherwise by someone else (other arguments), or not ours to declare:
             # the replies go where the broker's bindings send them, as they would have.

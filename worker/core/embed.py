@@ -78,17 +78,20 @@ def build_embed(
             ),
         )
 
-    # The description gets what the other parts leave of the total.
-    others = len(title) + len(footer) + sum(len(f.name) + len(f.value) for f in fields)
-    description = _code_block(render(shown), min(DESCRIPTION_LIMIT, TOTAL_LIMIT - others))
-
     return EmbedPayload(
         title=title,
-        description=description,
+        description=_description(render(shown), title=title, footer=footer, fields=fields),
         color=DELETE_COLOR if write.content is None else UPDATE_COLOR,
         footer=footer,
         fields=fields,
     )
+
+
+def _description(text: str, *, title: str, footer: str, fields: tuple[EmbedField, ...] = ()) -> str:
+    """`text` in a code block, cut to what the other parts leave of Discord's total (6,000):
+    the parts are each within their own limits, the description takes the rest."""
+    others = len(title) + len(footer) + sum(len(f.name) + len(f.value) for f in fields)
+    return _code_block(text, min(DESCRIPTION_LIMIT, TOTAL_LIMIT - others))
 
 
 def build_created_embed(
@@ -123,9 +126,7 @@ def build_created_embed(
     )
     return EmbedPayload(
         title=title,
-        description=_code_block(
-            shown, min(DESCRIPTION_LIMIT, TOTAL_LIMIT - len(title) - len(footer))
-        ),
+        description=_description(shown, title=title, footer=footer),
         color=CREATE_COLOR,
         footer=footer,
     )

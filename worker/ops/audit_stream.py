@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal, TextIO
 
-import aio_pika
 import orjson
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 from aio_pika.exceptions import ChannelNotFoundEntity
@@ -40,6 +39,7 @@ from contracts import (
     Topology,
     decode_event,
 )
+from infra import amqp
 from infra.settings import Settings
 from worker.ops.output import (
     ABSENT,
@@ -133,7 +133,7 @@ async def tail_audit(
     stop = stop or asyncio.Event()
     tail = _Tail(origin, follow, as_json, stop, idle_s, out, err)
     topology = Topology(settings.amqp_prefix)
-    connection = await aio_pika.connect(settings.amqp_url)
+    connection = await amqp.connect(settings)
     # A plain connection reports its loss only to callbacks: the tail must not wait on forever.
     lost = asyncio.Event()
 

@@ -32,6 +32,7 @@ from contracts import (
     result_routing_key,
     utc_now,
 )
+from infra import amqp
 from infra.settings import Settings
 from worker.ops.output import ExitCode, json_document, print_fields, shown_text
 
@@ -119,12 +120,15 @@ async def _publish_and_wait(
     timeout: float,
     err: TextIO,
 ) -> Answer:
-    connection = await aio_pika.connect(settings.amqp_url)
+    connection = await amqp.connect(settings)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
         events = await channel.get_exchange(topology.events_exchange, ensure=True)
         # A private copy of the shard's results: a gateway consuming the shard still gets its own.
-        replies = await channel.declare_queue(exclusive=True, auto_delete=True)
+        # Named among the bots' queues: their broker account may declare those.
+        replies = await channel.declare_queue(
+            topology.call_queue(uuid.uuid4().hex), exclusive=True, auto_delete=True
+        )
         await replies.bind(events, routing_key=result_routing_key(call.context.shard_id))
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
 
@@ -140,7 +144,10 @@ async def _publish_and_wait(
         await replies.consume(on_reply)
         tool_calls = await channel.get_exchange(topology.tool_calls_exchange, ensure=True)
         confirmation = await tool_calls.publish(
-            aio_pika.Message(encode_event(call), **amqp_properties(call)),
+            # As the bot's tool client does: the worker may take calls of trusted users only.
+            aio_pika.Message(
+                encode_event(call), **amqp_properties(call), user_id=settings.amqp_user
+            ),
             routing_key=call.tool_name,
             mandatory=True,
         )

@@ -29,8 +29,14 @@ from aio_pika.abc import (
 from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError, PublishError
 
 from contracts import Topology, worker_queue_arguments
+from contracts.dead_letters import (
+    ATTEMPTS_HEADER,
+    ERROR_HEADER,
+    FAILED_AT_HEADER,
+    ORIGINAL_USER_ID_HEADER,
+)
+from infra import amqp
 from infra.settings import Settings
-from worker.adapters.broker import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
 
 __all__ = [
@@ -116,13 +122,19 @@ def original_routing_key(message: AbstractIncomingMessage, topology: Topology) -
     return message.routing_key or ""
 
 
-def replay_message(message: AbstractIncomingMessage) -> aio_pika.Message:
-    """The message as it was first published: same body and properties, no dead-letter marks."""
+def replay_message(message: AbstractIncomingMessage, *, user_id: str | None) -> aio_pika.Message:
+    """The message as it was first published: same body and properties, no dead-letter marks,
+    published as `user_id` (the operator's broker user: the broker refuses any other). The
+    user it was first published as stays in `x-ltm-original-user-id`."""
+    came = message.headers or {}
     headers = {
         name: value
-        for name, value in (message.headers or {}).items()
+        for name, value in came.items()
         if name not in _LIFE_HEADERS and not name.startswith(_LIFE_HEADER_PREFIXES)
     }
+    original = came.get(ORIGINAL_USER_ID_HEADER) or message.user_id
+    if original:
+        headers[ORIGINAL_USER_ID_HEADER] = original
     return aio_pika.Message(
         message.body,
         headers=headers,
@@ -136,6 +148,7 @@ def replay_message(message: AbstractIncomingMessage) -> aio_pika.Message:
         timestamp=message.timestamp,
         type=message.type,
         app_id=message.app_id,
+        user_id=user_id,
     )
 
 
@@ -248,7 +261,7 @@ async def replay_dead_letters(
         ):
             queue = await _dead_letter_queue(channel, topology)
             exchange = await channel.get_exchange(topology.tool_calls_exchange)
-            replayer = _Replayer(exchange, topology)
+            replayer = _Replayer(exchange, topology, settings.amqp_user)
             if event_id is not None:
                 report = await replayer.one(queue, event_id, limit)
             else:
@@ -378,6 +391,7 @@ class _Replayer:
 
     exchange: AbstractExchange
     topology: Topology
+    user_id: str | None  # the operator's broker user, on every replayed call
 
     async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> _ReplayReport:
         total = _message_count(queue)
@@ -409,7 +423,9 @@ class _Replayer:
     async def replay(self, message: AbstractIncomingMessage) -> _Replayed:
         entry = describe(message, self.topology)
         try:
-            await self.exchange.publish(replay_message(message), routing_key=entry.routing_key)
+            await self.exchange.publish(
+                replay_message(message, user_id=self.user_id), routing_key=entry.routing_key
+            )
         except DeliveryError as error:
             # Unconfirmed or unroutable: the dead-letter copy stays where it is.
             return _Replayed(entry, _refusal(error, entry.routing_key))
@@ -467,7 +483,7 @@ async def take_deliveries(
 @asynccontextmanager
 async def _connection(settings: Settings) -> AsyncIterator[AbstractConnection]:
     # A plain connection: a one-shot tool must fail loudly, not reconnect mid-replay.
-    connection = await aio_pika.connect(settings.amqp_url)
+    connection = await amqp.connect(settings)
     try:
         yield connection
     finally:

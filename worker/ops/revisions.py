@@ -8,8 +8,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Final, TextIO
 
-import aio_pika
-
 from contracts import (
     CacheInvalidate,
     MemoryRestored,
@@ -17,6 +15,7 @@ from contracts import (
     audit_routing_key,
     cache_routing_key,
 )
+from infra import amqp
 from infra.logs import get_logger
 from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
@@ -157,7 +156,7 @@ async def restore(
                 _print_unchanged(restored, revision_id, as_json=as_json, out=out)
                 return ExitCode.OK
             rows = await queue_events(connection, restore_events(restored))
-        connection_amqp = await aio_pika.connect(settings.amqp_url)
+        connection_amqp = await amqp.connect(settings)
         async with connection_amqp:
             publisher = await EventPublisher.open(connection_amqp, Topology(settings.amqp_prefix))
             await publisher.publish_rows(rows)

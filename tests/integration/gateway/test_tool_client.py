@@ -125,6 +125,8 @@ async def test_a_call_is_published_and_answered_with_its_result(
     assert message.content_type == "application/json"
     assert message.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
     assert message.headers["schema_version"] == 1
+    # The connection's broker user: the broker vouches for it, the worker may check it.
+    assert message.user_id == "guest"
     assert request.tool_name == UPDATE_LONG_TERM_MEMORY
     assert request.arguments == {
         "action": "update",

@@ -9,9 +9,18 @@ from tests.support.localnodes import (
     machine_services,
     postgres_pair,
     rabbit_cluster,
+    tls_node,
+    tls_postgres,
 )
 
-__all__ = ["localnodes_tls", "machine_services", "postgres_pair", "rabbit_cluster"]
+__all__ = [
+    "localnodes_tls",
+    "machine_services",
+    "postgres_pair",
+    "rabbit_cluster",
+    "tls_node",
+    "tls_postgres",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
