@@ -9,6 +9,8 @@ from typing import Any, TextIO, cast
 import orjson
 import structlog
 
+from infra.tracing import add_trace_ids
+
 __all__ = ["configure_logging", "get_logger"]
 
 
@@ -47,7 +49,8 @@ def _orjson_dumps(value: Any, **_: Any) -> str:
 def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
     """`fmt` is `json`, `console`, or `auto` (console when stderr is a terminal).
 
-    Lines go to stderr while it can be written; once it cannot, they are dropped.
+    Lines go to stderr while it can be written; once it cannot, they are dropped. A line
+    logged within a span carries its `trace_id` and `span_id` (while tracing is on).
     """
     stream = _LogStream(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -55,6 +58,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_trace_ids,
     ]
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_orjson_dumps)

@@ -69,6 +69,8 @@ URL_TEMPLATE: Final = "url.template"
 ERROR_TYPE: Final = "error.type"
 
 RABBITMQ: Final = "rabbitmq"
+# How a span names the default exchange, whose name is empty.
+_DEFAULT_EXCHANGE: Final = "amq.default"
 POSTGRESQL: Final = "postgresql"
 
 # Values of OTEL_TRACES_EXPORTER this module can build, and the extra that brings them.
@@ -238,7 +240,7 @@ def _parent_context(parent: Parent) -> Context | None:
 
 def sending(
     *,
-    exchange: str,
+    exchange: str | None,
     routing_key: str,
     message_id: str | None,
     conversation_id: str | None,
@@ -266,7 +268,7 @@ def sending(
             MESSAGING_SYSTEM: RABBITMQ,
             MESSAGING_OPERATION_NAME: "send",
             MESSAGING_OPERATION_TYPE: "send",
-            MESSAGING_DESTINATION_NAME: exchange,
+            MESSAGING_DESTINATION_NAME: exchange or "",
             **_optional(MESSAGING_RABBITMQ_ROUTING_KEY, routing_key),
             **_optional(MESSAGING_MESSAGE_ID, message_id),
             **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
@@ -281,19 +283,23 @@ def sending(
 def _producer(
     tracer: trace.Tracer,
     *,
-    exchange: str,
+    exchange: str | None,
     attributes: dict[str, Any],
     headers: MutableMapping[str, Any],
     parent: Context | None,
     links: Sequence[Link],
 ) -> Iterator[Span]:
     with tracer.start_as_current_span(
-        f"send {exchange}",
+        f"send {exchange or _DEFAULT_EXCHANGE}",
         context=parent,
         kind=SpanKind.PRODUCER,
         attributes=attributes,
         links=links,
     ) as span:
+        # A copy of an earlier message (a dead letter, a replay) drops that message's context
+        # whole: a `tracestate` of the old trace must not travel with the new `traceparent`.
+        for field in propagate.get_global_textmap().fields:
+            headers.pop(field, None)
         propagate.inject(headers)
         yield span
 
@@ -301,7 +307,7 @@ def _producer(
 def processing(
     *,
     headers: Mapping[str, Any] | None,
-    exchange: str,
+    exchange: str | None,
     routing_key: str | None,
     message_id: str | None,
     conversation_id: str | None,
@@ -316,14 +322,14 @@ def processing(
         MESSAGING_SYSTEM: RABBITMQ,
         MESSAGING_OPERATION_NAME: "process",
         MESSAGING_OPERATION_TYPE: "process",
-        MESSAGING_DESTINATION_NAME: exchange,
+        MESSAGING_DESTINATION_NAME: exchange or "",
         **_optional(MESSAGING_DESTINATION_SUBSCRIPTION_NAME, queue),
         **_optional(MESSAGING_RABBITMQ_ROUTING_KEY, routing_key),
         **_optional(MESSAGING_MESSAGE_ID, message_id),
         **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
     }
     return tracer.start_as_current_span(
-        f"process {exchange}",
+        f"process {exchange or _DEFAULT_EXCHANGE}",
         context=_context_from(headers),
         kind=SpanKind.CONSUMER,
         attributes=attributes,
@@ -331,20 +337,20 @@ def processing(
 
 
 def settling(
-    operation: str, *, exchange: str, delivery_tag: int | None
+    operation: str, *, exchange: str | None, delivery_tag: int | None
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CLIENT span `<ack|nack> <exchange>` for settling a delivery."""
     tracer = _state.tracer
     if tracer is None:
         return _OFF
     return tracer.start_as_current_span(
-        f"{operation} {exchange}",
+        f"{operation} {exchange or _DEFAULT_EXCHANGE}",
         kind=SpanKind.CLIENT,
         attributes={
             MESSAGING_SYSTEM: RABBITMQ,
             MESSAGING_OPERATION_NAME: operation,
             MESSAGING_OPERATION_TYPE: "settle",
-            MESSAGING_DESTINATION_NAME: exchange,
+            MESSAGING_DESTINATION_NAME: exchange or "",
             **_optional(MESSAGING_RABBITMQ_DELIVERY_TAG, delivery_tag),
         },
     )
@@ -409,11 +415,20 @@ def posting(
     )
 
 
-def failed(span: Span | None, error_type: str, description: str | None = None) -> None:
-    """Marks a span as failed (`error.type`, status ERROR), when there is one."""
+def failed(
+    span: Span | None,
+    error_type: str,
+    description: str | None = None,
+    *,
+    status_code: int | None = None,
+) -> None:
+    """Marks a span as failed (`error.type`, status ERROR), when there is one; `status_code`:
+    the HTTP status that said so."""
     if span is None or not span.is_recording():
         return
     span.set_attribute(ERROR_TYPE, error_type)
+    if status_code is not None:
+        span.set_attribute(HTTP_RESPONSE_STATUS_CODE, status_code)
     span.set_status(Status(StatusCode.ERROR, description))
 
 

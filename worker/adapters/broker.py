@@ -8,6 +8,10 @@ Events go out through aio-pika's underlying aiormq channel with `wait=False`: ai
 `Exchange.publish` holds the channel's lock until the socket has drained each message, which
 queues every publish of the worker behind the one before it, one event-loop turn at a time.
 Here the lock covers only queueing the frames; the confirm is still awaited.
+
+While tracing is on, each publish is a PRODUCER span whose context travels in the message's
+headers: an outbox row's span is the child of the call that wrote the row (its stored
+`traceparent`), a dead-letter copy's the child of the delivery being given up on.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from contracts import (
     Topology,
     encode_event,
 )
+from infra import tracing
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.topology import declare_shard_queue
@@ -87,6 +92,7 @@ class EventPublisher:
             row.body,
             row.routing_key,
             event_properties(str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms),
+            parent=row.traceparent,
         )
 
     async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
@@ -134,22 +140,42 @@ class EventPublisher:
         await self._publish(self._dead_letter, message.body, message.routing_key or "", properties)
 
     async def _publish(
-        self, exchange: str, body: bytes, routing_key: str, properties: Basic.Properties
+        self,
+        exchange: str,
+        body: bytes,
+        routing_key: str,
+        properties: Basic.Properties,
+        *,
+        parent: tracing.Parent = tracing.CURRENT,
     ) -> None:
-        try:
-            await self._raw.basic_publish(
-                body,
-                exchange=exchange,
-                routing_key=routing_key,
-                properties=properties,
-                mandatory=False,
-                wait=False,
-            )
-        except asyncio.CancelledError:
-            if being_cancelled():
-                raise
-            # The connection was given up as stalled: a failed publish, as any lost connection.
-            raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+        """`parent`: where the message was made (the current span, or an outbox row's)."""
+        if properties.headers is None:
+            properties.headers = {}
+        with tracing.sending(
+            exchange=exchange,
+            routing_key=routing_key,
+            message_id=properties.message_id,
+            conversation_id=properties.correlation_id,
+            headers=properties.headers,
+            parent=parent,
+        ):
+            try:
+                await self._raw.basic_publish(
+                    body,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    properties=properties,
+                    mandatory=False,
+                    wait=False,
+                )
+            except asyncio.CancelledError:
+                if being_cancelled():
+                    raise
+                # The connection was given up as stalled: a failed publish, as any lost
+                # connection.
+                raise aiormq.exceptions.AMQPConnectionError(
+                    "the broker connection stalled"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)
