@@ -26,6 +26,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
     "CURRENT",
@@ -220,6 +221,8 @@ class _HeaderGetter(Getter[Mapping[str, Any]]):
 
 
 _HEADERS: Final = _HeaderGetter()
+# The stored form (an outbox row's `traceparent`) is W3C's, whatever OTEL_PROPAGATORS says.
+_W3C: Final = TraceContextTextMapPropagator()
 
 
 def _context_from(headers: Mapping[str, Any] | None) -> Context:
@@ -232,7 +235,7 @@ def _parent_context(parent: Parent) -> Context | None:
         return None
     if parent is None:
         return Context()
-    return _context_from({"traceparent": parent})
+    return _W3C.extract({"traceparent": parent}, context=Context())
 
 
 # -- spans ---------------------------------------------------------------------------------
@@ -441,10 +444,9 @@ def traceparent_of(span: Span | None) -> str | None:
     """The W3C `traceparent` of `span`, to store (the outbox keeps one per row)."""
     if span is None:
         return None
-    context = span.get_span_context()
-    if not context.is_valid:
-        return None
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span, Context()))
+    return carrier.get("traceparent")
 
 
 def trace_id_of(span: Span | None) -> str | None:
