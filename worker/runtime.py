@@ -431,7 +431,7 @@ class Worker:
             failpoints.reach("after_commit")
         await shard_queues.ensure(result.shard_id)
         if processed.written:
-            await publisher.publish_rows(processed.outbox)
+            await publisher.publish_rows(processed.outbox, in_call=True)
         else:
             await publisher.publish_event(
                 result,

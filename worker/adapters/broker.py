@@ -85,19 +85,22 @@ class EventPublisher:
     ) -> EventPublisher:
         return cls(*await confirming_channel(connection), topology)
 
-    async def publish_row(self, row: OutboxRow) -> None:
-        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
+    async def publish_row(self, row: OutboxRow, *, in_call: bool = False) -> None:
+        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack).
+
+        `in_call`: published within the span of the call that wrote the row, which is then
+        its parent as it is (the row's stored context is that span's, not read again)."""
         await self._publish(
             self._events,
             row.body,
             row.routing_key,
             event_properties(str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms),
-            parent=row.traceparent,
+            parent=tracing.CURRENT if in_call else row.traceparent,
         )
 
-    async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
+    async def publish_rows(self, rows: Sequence[OutboxRow], *, in_call: bool = False) -> None:
         """All at once, each confirmed; raises if any was not."""
-        await asyncio.gather(*(self.publish_row(row) for row in rows))
+        await asyncio.gather(*(self.publish_row(row, in_call=in_call) for row in rows))
 
     async def publish_event(
         self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False
