@@ -360,7 +360,7 @@ def settling(
 
 
 def transaction(
-    calls: Sequence[Span | None], *, database: str
+    calls: Sequence[Span | None], *, database: str | None
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CLIENT span `transaction <database>` for one database transaction of several calls.
 
@@ -375,19 +375,21 @@ def transaction(
 
 
 @contextlib.contextmanager
-def _batch(tracer: trace.Tracer, spans: list[Span], database: str, calls: int) -> Iterator[Span]:
+def _batch(
+    tracer: trace.Tracer, spans: list[Span], database: str | None, calls: int
+) -> Iterator[Span]:
     links: tuple[Link, ...] = ()
     if len(spans) == 1:
         parent = trace.set_span_in_context(spans[0], Context())
     else:
         parent, links = Context(), tuple(Link(span.get_span_context()) for span in spans)
     with tracer.start_as_current_span(
-        f"transaction {database}",
+        f"transaction {database}" if database else "transaction",
         context=parent,
         kind=SpanKind.CLIENT,
         attributes={
             DB_SYSTEM_NAME: POSTGRESQL,
-            DB_NAMESPACE: database,
+            **_optional(DB_NAMESPACE, database),
             DB_OPERATION_NAME: "transaction",
             MESSAGING_BATCH_MESSAGE_COUNT: calls,
         },

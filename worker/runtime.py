@@ -94,6 +94,15 @@ def _retried(error: BaseException, calls: Sequence[ToolCallRequested]) -> bool:
     return is_transient(error) if len(calls) == 1 else _shared_by_the_batch(error)
 
 
+def _database_of(url: str) -> str | None:
+    """The database the URL names, for the transaction's span; None for a URL naming none
+    (libpq then takes the user's name)."""
+    try:
+        return database_name(url)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Submitted:
     """A call handed to the batcher, with the span of its delivery (None: tracing off), which
@@ -119,7 +128,7 @@ class Worker:
         self._consuming = False
         self._stopping = asyncio.Event()
         self._reply_ttl_ms = self.settings.reply_ttl_s * 1000
-        self._database = database_name(self.settings.database_url)
+        self._database = _database_of(self.settings.database_url)
         self._batcher: CallBatcher[_Submitted, Processed] = CallBatcher(
             self._run_pipeline,
             max_batch=self.settings.max_batch,

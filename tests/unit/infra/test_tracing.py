@@ -249,6 +249,15 @@ def test_one_call_s_transaction_is_a_child_of_its_span(exported: InMemorySpanExp
     }
 
 
+def test_a_database_url_naming_no_database_names_no_namespace(
+    exported: InMemorySpanExporter,
+) -> None:
+    with tracing.transaction([None], database=None):
+        pass
+    transaction = _by_name(exported, "transaction")
+    assert "db.namespace" not in dict(transaction.attributes or {})
+
+
 def test_a_batch_s_transaction_is_a_trace_of_its_own_linked_both_ways(
     exported: InMemorySpanExporter,
 ) -> None:
