@@ -166,12 +166,21 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
             )
         assert answer["success"] is True
 
-        def posted(spans: list[ReceivedSpan]) -> bool:
-            return any(span.name.startswith("POST ") for span in spans) and any(
-                span.name.startswith("ack ") for span in spans
+        def complete(spans: list[ReceivedSpan]) -> bool:
+            # A parent ends after its children: the last to come are the consumers' spans.
+            traces = {
+                span.trace_id
+                for span in spans
+                if span.attributes.get("messaging.message.conversation_id") == tool_call_id
+            }
+            names = [span.name for span in spans if span.trace_id in traces]
+            return (
+                names.count(f"process {topology.events_exchange}") == 2
+                and f"process {topology.tool_calls_exchange}" in names
+                and "POST /channels/{channel.id}/messages" in names
             )
 
-        await receiver.wait_for(posted, what="the embed's post and the worker's ack")
+        await receiver.wait_for(complete, what="every span of the call's trace")
         worker_log = worker.output()
 
     [publish] = receiver.spans(
@@ -466,8 +475,14 @@ async def test_a_replayed_dead_letter_starts_a_trace_linked_to_the_original(
     dead_letter = f"send {topology.dead_letter_exchange}"
 
     def dead_lettered(times: int) -> Callable[[list[ReceivedSpan]], bool]:
+        """Dead-lettered `times`, each delivery's span in (it ends after its dead-lettering)."""
+
         def enough(spans: list[ReceivedSpan]) -> bool:
-            return len(_named(spans, dead_letter, **{"messaging.message.id": event_id})) >= times
+            mine = {"messaging.message.id": event_id}
+            return (
+                len(_named(spans, dead_letter, **mine)) >= times
+                and len(_named(spans, f"process {topology.tool_calls_exchange}", **mine)) >= times
+            )
 
         return enough
 
