@@ -41,10 +41,22 @@ test: install check-services
 test-fast: install
 	$(BIN)/pytest -q tests/unit
 
+# The alert rules are checked by promtool, from Debian's `prometheus` package: lint fails,
+# saying how to get it, when it is missing (.ci/run installs it). PROMTOOL=... for another one.
+PROMTOOL ?= promtool
+OBSERVABILITY := infra/observability
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
+	  echo "lint: promtool is missing: apt-get install --no-install-recommends prometheus" \
+	    "(Debian's package has it), or set PROMTOOL to a promtool binary" >&2; exit 1; }
+	$(PROMTOOL) check rules $(OBSERVABILITY)/alerts.yml
+	$(PROMTOOL) check config $(OBSERVABILITY)/prometheus.yml
+	$(PROMTOOL) test rules $(OBSERVABILITY)/alerts_test.yml
+	$(BIN)/pytest -q tests/unit/test_observability.py
 
 bench: install check-services
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

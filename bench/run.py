@@ -26,6 +26,10 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    creations (`--create-servers` of them, each holding `--create-seeded` memories before a
    run, so that a run's creations stay under the limit; what they saved is removed between
    runs).
+5c. Tracing off and on, side by side (`tracing_off_tps` / `tracing_on_tps` in paired rounds
+   as in 3, then `tracing_off_p99_ms` / `tracing_on_p99_ms` at the latency run's rate): the
+   traced worker exports every span over OTLP/HTTP to an endpoint of the bench's own that
+   drops them (`bench.span_sink`), so that its cost is the whole of tracing on.
 6. `cost_1m_vs_10k`: time per call with 1M stored memories over time per call with 10k,
    the 1M in a second database, the two taking turns in rounds as in 3 (the median).
 7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run.
@@ -60,6 +64,7 @@ from bench.machine import describe
 from bench.processes import Child, free_port
 from bench.samples import Sample, capture
 from bench.services import BenchServices, bench_services
+from bench.span_sink import SpanSink
 from bench.system import Bench, RunFigure, latency_run, throughput_run
 from bench.world import (
     CallMaker,
@@ -90,6 +95,7 @@ PHASES: Final = (
     "broker_limit_aiormq",
     "prepublished",
     "latency",
+    "tracing",
     "create_throughput",
     "create_latency",
     "cost_1m_vs_10k",
@@ -242,7 +248,10 @@ def _timeout(calls: int) -> float:
     return max(120.0, calls / 20)
 
 
-def _worker(bench: Bench, name: str, database_url: str | None = None) -> tuple[Child, int]:
+def _worker(
+    bench: Bench, name: str, database_url: str | None = None, env: Mapping[str, str] | None = None
+) -> tuple[Child, int]:
+    """`env`: more of the worker's environment (the tracing phase's OTEL_*)."""
     port = free_port()
     child = bench.child(
         name,
@@ -251,13 +260,16 @@ def _worker(bench: Bench, name: str, database_url: str | None = None) -> tuple[C
         env=bench.services.env(
             LTM_METRICS_PORT=str(port),
             LTM_DATABASE_URL=database_url or bench.services.database_url,
+            **(env or {}),
         ),
     )
     return child, port
 
 
-async def _start_worker(bench: Bench, name: str, database_url: str | None = None) -> Child:
-    child, port = _worker(bench, name, database_url)
+async def _start_worker(
+    bench: Bench, name: str, database_url: str | None = None, env: Mapping[str, str] | None = None
+) -> Child:
+    child, port = _worker(bench, name, database_url, env)
     child.start()
     await child.wait_http_ok(f"http://127.0.0.1:{port}/readyz")
     return child
@@ -294,12 +306,13 @@ async def _worker_run(
     *,
     prepublished: bool,
     database_url: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[RunFigure, float]:
     """A fresh worker process answering `config.calls` calls: its figure and peak RSS."""
     if prepublished:
-        worker, _ = _worker(bench, name, database_url)  # started once the queue is full
+        worker, _ = _worker(bench, name, database_url, env)  # started once the queue is full
     else:
-        worker = await _start_worker(bench, name, database_url)
+        worker = await _start_worker(bench, name, database_url, env)
     try:
         figure = await _answered_by(
             bench, config, calls, worker, prepublished=prepublished, database_url=database_url
@@ -506,7 +519,10 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         rss: list[float] = []
 
         def fresh_workers(
-            label: str, run_calls: CallMaker, database_url: str | None = None
+            label: str,
+            run_calls: CallMaker,
+            database_url: str | None = None,
+            env: Mapping[str, str] | None = None,
         ) -> Contender:
             """A contender of `_paired_rounds`: a fresh worker each round, its peak RSS kept."""
 
@@ -518,6 +534,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     f"worker-{label}-{number}",
                     prepublished=False,
                     database_url=database_url,
+                    env=env,
                 )
                 rss.append(peak)
                 return figure
@@ -598,6 +615,46 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 )
                 rss.append(worker.peak_rss_mb())
                 await worker.terminate()
+
+        if phases.wanted("tracing"):
+            async with phases.phase("tracing"), SpanSink() as sink:
+                traced = sink.env("ltm-worker")
+                untraced = {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "none"}
+                rounds = await _paired_rounds(
+                    config.rounds,
+                    ("on", fresh_workers("traced", updates, env=traced)),
+                    ("off", fresh_workers("untraced", updates, env=untraced)),
+                )
+                details["tracing_rounds"] = rounds
+                results["tracing_off_tps"] = round(median(r["off"]["tps"] for r in rounds), 1)
+                results["tracing_on_tps"] = round(median(r["on"]["tps"] for r in rounds), 1)
+                results["tracing_on_vs_off"] = round(median(r["ratio"] for r in rounds), 3)
+                latencies: dict[str, dict[str, Any]] = {}
+                for label, env in (("off", untraced), ("on", traced)):
+                    worker = await _start_worker(bench, f"worker-latency-{label}", env=env)
+                    try:
+                        latency = await latency_run(
+                            bench,
+                            updates,
+                            rate=config.latency_rate,
+                            seconds=config.latency_seconds,
+                            warmup=config.warmup,
+                            timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
+                        )
+                    finally:
+                        rss.append(worker.peak_rss_mb())
+                        await worker.terminate()
+                    latencies[label] = latency.as_dict()
+                    results[f"tracing_{label}_p50_ms"] = round(latency.p50_ms, 2)
+                    results[f"tracing_{label}_p99_ms"] = round(latency.p99_ms, 2)
+                    _say(
+                        f"  tracing {label} at {latency.offered_rate:.0f}/s: "
+                        f"p50 {latency.p50_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
+                    )
+                details["tracing_latency"] = latencies
+                details["span_sink"] = {"requests": sink.requests, "bytes": sink.bytes}
+                if sink.requests == 0:
+                    raise RuntimeError("the traced workers exported no span")
 
         if phases.wanted("create_throughput"):
             async with phases.phase("create_throughput"):
@@ -762,6 +819,11 @@ _TARGETS: tuple[tuple[str, str, Callable[[dict[str, Any]], bool | None]], ...] =
         lambda r: None if r.get("create_p99_ms") is None else r["create_p99_ms"] <= 15.0,
     ),
     (
+        "tracing_off_p99_ms",
+        "p99 <= 15 ms at 200 calls/s, tracing off",
+        lambda r: None if r.get("tracing_off_p99_ms") is None else r["tracing_off_p99_ms"] <= 15.0,
+    ),
+    (
         "rss_mb",
         "worker RSS <= 120 MB",
         lambda r: None if r.get("rss_mb") is None else r["rss_mb"] <= 120.0,
@@ -854,6 +916,29 @@ def render_table(results: dict[str, Any]) -> str:
         ("p50_ms", _fmt(results.get("p50_ms"), " ms"), "", ""),
         ("p95_ms", _fmt(results.get("p95_ms"), " ms"), "", ""),
         ("p99_ms", _fmt(results.get("p99_ms"), " ms"), target("p99_ms"), verdict("p99_ms")),
+        # Tracing off and on side by side, measured alike and in turns.
+        (
+            "tracing off | on: throughput",
+            f"{_fmt(results.get('tracing_off_tps'))} | "
+            f"{_fmt(results.get('tracing_on_tps'), ' /s')}",
+            "",
+            "",
+        ),
+        ("tracing_on_vs_off (throughput)", _fmt(results.get("tracing_on_vs_off")), "", ""),
+        (
+            "tracing off | on: p50",
+            f"{_fmt(results.get('tracing_off_p50_ms'))} | "
+            f"{_fmt(results.get('tracing_on_p50_ms'), ' ms')}",
+            "",
+            "",
+        ),
+        (
+            "tracing off | on: p99",
+            f"{_fmt(results.get('tracing_off_p99_ms'))} | "
+            f"{_fmt(results.get('tracing_on_p99_ms'), ' ms')}",
+            target("tracing_off_p99_ms"),
+            verdict("tracing_off_p99_ms"),
+        ),
         (
             "create_broker_limit_tps (loop, a creation's events)",
             _fmt(results.get("create_broker_limit_tps"), " /s"),

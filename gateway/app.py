@@ -46,6 +46,7 @@ from infra.logs import get_logger
 from infra.metrics import serve_metrics
 from infra.settings import Settings, broker_user
 from infra.topology import declare_shard_queue, ensure_topology
+from infra.tracing import configure_tracing
 
 __all__ = ["Gateway", "open_sender", "run_gateway"]
 
@@ -182,11 +183,14 @@ class Gateway:
         those given before and `shards`.
 
         When any step fails, what the earlier ones opened is closed before the error is raised.
+        Tracing is turned on as `configure_tracing` says: a bot whose own OpenTelemetry SDK
+        is installed by then keeps it, and its spans around a tool call become the parents.
         """
         if self._started:
             if shards is not None:
                 await self.consume_shards(shards)
             return
+        configure_tracing("ltm-gateway")
         owned = tuple(sorted(set(self.shards).union(shards or ())))
         self._check_shards(owned)
         if self._connection is None:

@@ -31,6 +31,7 @@ from contracts import EmbedRequested
 from gateway.delivery import Delivery
 from gateway.embeds import to_hikari_embed
 from gateway.metrics import EmbedFailure, GatewayMetrics
+from infra import tracing
 from infra.logs import get_logger
 
 __all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient"]
@@ -39,6 +40,8 @@ log = get_logger(__name__)
 
 # Discord accepts a nonce of up to 25 characters.
 _NONCE_LENGTH = 25
+# The route of `create_message`, as an HTTP client span names it.
+_CREATE_MESSAGE = "/channels/{channel.id}/messages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +111,19 @@ class DiscordSender:
             reraise=True,
         )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    message = await self._rest.create_message(
-                        int(request.channel_id),
-                        embed=embed,
-                        nonce=discord_nonce(request.event_id),
-                    )
+            with tracing.posting("POST", _CREATE_MESSAGE, channel_id=request.channel_id) as span:
+                try:
+                    async for attempt in retrying:
+                        with attempt:
+                            message = await self._rest.create_message(
+                                int(request.channel_id),
+                                embed=embed,
+                                nonce=discord_nonce(request.event_id),
+                            )
+                except hikari.HTTPResponseError as error:
+                    status = int(error.status)
+                    tracing.failed(span, str(status), error.message, status_code=status)
+                    raise
         except (hikari.ForbiddenError, hikari.NotFoundError) as error:
             reason: EmbedFailure = (
                 "forbidden" if isinstance(error, hikari.ForbiddenError) else "not_found"

@@ -9,6 +9,8 @@
   copy that reaches another process within a few minutes).
 - An undecodable message, or an event that does not belong on a shard queue, is logged and
   rejected without requeue.
+- While tracing is on, each delivery is a CONSUMER span continuing the trace in its headers
+  (the call's): the result's delivery, and the embed's, whose send is its child.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from contracts import (
 from gateway.delivery import Delivery, EmbedSender
 from gateway.inflight import InFlight
 from gateway.metrics import GatewayMetrics
+from infra import tracing
 from infra.logs import get_logger
 from infra.topology import declare_shard_queue
 
@@ -152,7 +155,16 @@ class ShardConsumer:
                 task.cancel()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        with self._inflight.track():
+        with (
+            self._inflight.track(),
+            tracing.processing(
+                headers=message.headers,
+                exchange=message.exchange,
+                routing_key=message.routing_key,
+                message_id=message.message_id,
+                conversation_id=message.correlation_id,
+            ) as span,
+        ):
             try:
                 event = decode_event(message.body)
             except InvalidEnvelope as error:
@@ -163,6 +175,7 @@ class ShardConsumer:
                     tool_call_id=message.correlation_id,
                     routing_key=message.routing_key,
                 )
+                tracing.failed(span, "undecodable", str(error))
                 await message.reject(requeue=False)
                 return
             if not isinstance(event, ToolCallCompleted | EmbedRequested):
@@ -172,6 +185,7 @@ class ShardConsumer:
                     event_id=str(event.event_id),
                     tool_call_id=event.correlation_id,
                 )
+                tracing.failed(span, "unexpected_event", event.event_type)
                 await message.reject(requeue=False)
                 return
             async with self._locks.hold(event.event_id):

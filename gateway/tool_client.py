@@ -28,6 +28,7 @@ from contracts import (
     amqp_properties,
     encode_event,
 )
+from infra import tracing
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 
@@ -230,16 +231,26 @@ class ToolClient:
             raise ToolClientUnavailable(f"tool call {tool_call_id!r} is already waiting")
         future: asyncio.Future[ToolCallCompleted] = asyncio.get_running_loop().create_future()
         self._waiting[tool_call_id] = future  # before publishing: the answer can be fast
+        properties = amqp_properties(request)
         try:
             try:
-                confirmation = await self._exchange.publish(
-                    aio_pika.Message(
-                        encode_event(request), **amqp_properties(request), user_id=self.user_id
-                    ),
+                # The call's trace starts here (or continues the bot's current span): the
+                # worker, and then this process's shard consumer, carry it on.
+                with tracing.sending(
+                    exchange=self._exchange.name,
                     routing_key=request.tool_name,
-                    mandatory=True,
-                    timeout=timeout_s,
-                )
+                    message_id=properties["message_id"],
+                    conversation_id=tool_call_id,
+                    headers=properties["headers"],
+                ) as span:
+                    confirmation = await self._exchange.publish(
+                        aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
+                        routing_key=request.tool_name,
+                        mandatory=True,
+                        timeout=timeout_s,
+                    )
+                    if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+                        tracing.failed(span, "unroutable", "no queue takes the tool")
             except TimeoutError:
                 raise ToolClientUnavailable("the broker did not confirm the call") from None
             except asyncio.CancelledError:

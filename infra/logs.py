@@ -10,6 +10,7 @@ import orjson
 import structlog
 
 from infra.redaction import mask_passwords_in_log
+from infra.tracing import add_trace_ids
 
 __all__ = ["configure_logging", "get_logger"]
 
@@ -49,7 +50,8 @@ def _orjson_dumps(value: Any, **_: Any) -> str:
 def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
     """`fmt` is `json`, `console`, or `auto` (console when stderr is a terminal).
 
-    Lines go to stderr while it can be written; once it cannot, they are dropped.
+    Lines go to stderr while it can be written; once it cannot, they are dropped. A line
+    logged within a span carries its `trace_id` and `span_id` (while tracing is on).
     """
     stream = _LogStream(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -57,6 +59,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_trace_ids,
     ]
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_orjson_dumps)

@@ -21,6 +21,7 @@ from contracts import DiscordId
 from infra.logs import configure_logging
 from infra.redaction import mask_passwords
 from infra.settings import Settings, SettingsError
+from infra.tracing import configure_tracing
 from worker.ops.output import ExitCode
 
 __all__ = ["build_parser", "main"]
@@ -36,7 +37,8 @@ exit codes:
   {ExitCode.NOT_FOUND:<3}  not found: the memory, revision or dead letter named does not exist
   {ExitCode.OUTPUT_CLOSED:<3}  the output was closed before the end (| head)
 
-Settings come from the environment (LTM_DATABASE_URL, LTM_AMQP_URL, LTM_AMQP_PREFIX, ...).
+Settings come from the environment (LTM_DATABASE_URL, LTM_AMQP_URL, LTM_AMQP_PREFIX, ...);
+tracing from the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, ...).
 `ltm COMMAND --help` describes each command."""
 
 _JSON_HELP = {
@@ -332,6 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(args.command, error)
         return ExitCode.USAGE
     configure_logging(settings.log_level, settings.log_format)
+    # OTEL_SERVICE_NAME, when set, names the process instead.
+    configure_tracing(f"ltm-{args.command}")
     try:
         code = _dispatch(args, settings)
         # Now, while a closed output can still be told apart: at exit it would be a traceback.

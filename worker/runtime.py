@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -21,6 +21,7 @@ import psycopg
 import structlog
 from aio_pika.abc import AbstractConnection
 from aiormq.abc import DeliveredMessage
+from opentelemetry.trace import Span
 from sqlalchemy import exc as sa_exc
 from tenacity import (
     AsyncRetrying,
@@ -38,8 +39,9 @@ from contracts import (
     result_routing_key,
     shard_of_routing_key,
 )
-from infra import amqp
+from infra import amqp, tracing
 from infra.cancellation import being_cancelled
+from infra.database import database_name
 from infra.logs import get_logger
 from infra.redaction import mask_passwords
 from infra.settings import Settings
@@ -93,6 +95,24 @@ def _retried(error: BaseException, calls: Sequence[ToolCallRequested]) -> bool:
     return is_transient(error) if len(calls) == 1 else _shared_by_the_batch(error)
 
 
+def _database_of(url: str) -> str | None:
+    """The database the URL names, for the transaction's span; None for a URL naming none
+    (libpq then takes the user's name)."""
+    try:
+        return database_name(url)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Submitted:
+    """A call handed to the batcher, with the span of its delivery (None: tracing off), which
+    its transaction's span joins or links to."""
+
+    call: ToolCallRequested
+    span: Span | None
+
+
 @dataclass
 class Worker:
     settings: Settings
@@ -109,7 +129,8 @@ class Worker:
         self._consuming = False
         self._stopping = asyncio.Event()
         self._reply_ttl_ms = self.settings.reply_ttl_s * 1000
-        self._batcher: CallBatcher[ToolCallRequested, Processed] = CallBatcher(
+        self._database = _database_of(self.settings.database_url)
+        self._batcher: CallBatcher[_Submitted, Processed] = CallBatcher(
             self._run_pipeline,
             max_batch=self.settings.max_batch,
             concurrency=min(self.settings.batch_concurrency, self.settings.db_pool_size),
@@ -247,8 +268,19 @@ class Worker:
         self._in_flight.add(task)
         delivered_at = time.perf_counter()
         try:
-            event_id = message.header.properties.message_id
-            with structlog.contextvars.bound_contextvars(event_id=event_id):
+            properties = message.header.properties
+            event_id = properties.message_id
+            with (
+                structlog.contextvars.bound_contextvars(event_id=event_id),
+                tracing.processing(
+                    headers=properties.headers,
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                    queue=self.topology.worker_queue,
+                    message_id=event_id,
+                    conversation_id=properties.correlation_id,
+                ) as span,
+            ):
                 try:
                     await self._handle(message, delivered_at)
                 except Exception as error:
@@ -257,6 +289,7 @@ class Worker:
                     # committed waits in the outbox for the sweep; the redelivered call
                     # answers again from the stored result.
                     log.warning("not answered; leaving the call for redelivery", error=repr(error))
+                    tracing.failed(span, type(error).__qualname__, "left for redelivery")
                     with contextlib.suppress(Exception):
                         await _settle(message, requeue=True)
         finally:
@@ -302,7 +335,9 @@ class Worker:
             )
             return
         try:
-            processed = await self._batcher.submit(call.tool_call_id, call)
+            processed = await self._batcher.submit(
+                call.tool_call_id, _Submitted(call, tracing.current_span())
+            )
         except Exception as error:
             database_away = is_transient(error)
             if database_away:
@@ -318,14 +353,22 @@ class Worker:
             return
         await self._deliver(message, call, processed, delivered_at)
 
-    async def _run_pipeline(self, calls: list[ToolCallRequested]) -> list[Processed]:
+    async def _run_pipeline(self, submitted: list[_Submitted]) -> list[Processed]:
         """One transaction for the batch, retried as a whole on transient faults, bounded."""
+        calls = [item.call for item in submitted]
         self.metrics.batch_size.observe(len(calls))
+        # Each call's events keep the context of its own delivery, batched or not.
+        traceparents = {
+            item.call.tool_call_id: traceparent
+            for item in submitted
+            if (traceparent := tracing.traceparent_of(item.span)) is not None
+        }
         # Rows of earlier calls that the broker has confirmed are marked in this commit,
         # instead of in a transaction of their own.
         marks = self._published.take()
         try:
-            processed = await self._committed(calls, marks)
+            with tracing.transaction([item.span for item in submitted], database=self._database):
+                processed = await self._committed(calls, marks, traceparents)
         except BaseException:
             if marks is not None:
                 self._published.give_back(marks)
@@ -335,23 +378,29 @@ class Worker:
         return processed
 
     async def _committed(
-        self, calls: list[ToolCallRequested], marks: TakenFlush[uuid.UUID] | None
+        self,
+        calls: list[ToolCallRequested],
+        marks: TakenFlush[uuid.UUID] | None,
+        traceparents: Mapping[str, str],
     ) -> list[Processed]:
         """The first attempt alone; the retry machinery is built only after a transient fault
         (most batches commit at once), and retries within the budget left."""
         started = time.monotonic()
         try:
-            return await self._transaction(calls, marks)
+            return await self._transaction(calls, marks, traceparents)
         except Exception as error:
             if not _retried(error, calls):
                 raise
             self._count_retry(error, calls)
-        return await self._retry(calls, marks, started)
+        return await self._retry(calls, marks, traceparents, started)
 
     async def _transaction(
-        self, calls: list[ToolCallRequested], marks: TakenFlush[uuid.UUID] | None
+        self,
+        calls: list[ToolCallRequested],
+        marks: TakenFlush[uuid.UUID] | None,
+        traceparents: Mapping[str, str],
     ) -> list[Processed]:
-        async with self.store.transaction() as tx:
+        async with self.store.transaction(traceparents) as tx:
             if marks is not None:
                 await tx.mark_published(marks.ids)
             return await process_tool_calls(
@@ -367,6 +416,7 @@ class Worker:
         self,
         calls: list[ToolCallRequested],
         marks: TakenFlush[uuid.UUID] | None,
+        traceparents: Mapping[str, str],
         started: float,
     ) -> list[Processed]:
         """Attempts after a transient fault, until the retry budget counted from `started`.
@@ -388,7 +438,7 @@ class Worker:
         )
         async for attempt in retrying:
             with attempt:
-                return await self._transaction(calls, marks)
+                return await self._transaction(calls, marks, traceparents)
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def _count_retry(self, error: BaseException | None, calls: list[ToolCallRequested]) -> None:
@@ -420,7 +470,7 @@ class Worker:
             failpoints.reach("after_commit")
         await shard_queues.ensure(result.shard_id)
         if processed.written:
-            await publisher.publish_rows(processed.outbox)
+            await publisher.publish_rows(processed.outbox, in_call=True)
         else:
             await publisher.publish_event(
                 result,
@@ -439,7 +489,9 @@ class Worker:
             failpoints.reach("after_mark")
         await _settle(message)
         self.metrics.ack_latency.observe(time.perf_counter() - delivered_at)
-        self.metrics.calls.labels(result.status.value, str(processed.replayed).lower()).inc()
+        self.metrics.calls.labels(
+            result.tool_name, result.status.value, str(processed.replayed).lower()
+        ).inc()
         log.info(
             "tool call answered",
             status=result.status.value,
@@ -459,7 +511,7 @@ class Worker:
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
         )
         self.metrics.latency.observe(time.perf_counter() - delivered_at)
-        self.metrics.calls.labels(failure.status.value, "false").inc()
+        self.metrics.calls.labels(call.tool_name, failure.status.value, "false").inc()
 
     async def _dead_letter(
         self,
@@ -482,6 +534,7 @@ class Worker:
             event_id=ids.event_id,
             tool_call_id=ids.tool_call_id,
         )
+        tracing.failed(tracing.current_span(), cause, reason)
         await publisher.dead_letter(message, reason, event_id=ids.event_id)
         await _settle(message)
         self.metrics.ack_latency.observe(time.perf_counter() - delivered_at)
@@ -548,7 +601,10 @@ async def _settle(message: DeliveredMessage, *, requeue: bool | None = None) -> 
     """Acks, or with `requeue` nacks, without waiting for the socket to drain the frame."""
     tag = message.delivery_tag
     assert tag is not None
-    if requeue is None:
-        await message.channel.basic_ack(tag, wait=False)
-    else:
-        await message.channel.basic_nack(tag, requeue=requeue, wait=False)
+    with tracing.settling(
+        "ack" if requeue is None else "nack", exchange=message.exchange, delivery_tag=tag
+    ):
+        if requeue is None:
+            await message.channel.basic_ack(tag, wait=False)
+        else:
+            await message.channel.basic_nack(tag, requeue=requeue, wait=False)

@@ -27,6 +27,7 @@ ROLE_SECRETS = {
     "gateway": ("bot-amqp-url", "gateway-database-url"),
     "operator": ("operator-amqp-url", "operator-database-url"),
 }
+OBSERVABILITY_SERVICES = ("prometheus", "grafana", "jaeger")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def _command(service: dict[str, Any]) -> str:
 
 
 def test_the_services(services: dict[str, Any]) -> None:
-    assert set(services) == {"rabbitmq", "postgres", *LTM_SERVICES}
+    assert set(services) == {"rabbitmq", "postgres", *LTM_SERVICES, *OBSERVABILITY_SERVICES}
     assert services["rabbitmq"]["image"] == "rabbitmq:3.13-management"
     assert services["postgres"]["image"] == "postgres:15"
     for name in LTM_SERVICES:
@@ -225,10 +226,73 @@ def test_the_health_check_fails_without_an_answer(
 def test_the_image() -> None:
     dockerfile = DOCKERFILE.read_text(encoding="utf-8")
     assert "FROM python:3.11-slim" in dockerfile
-    assert "pip install ." in dockerfile
+    assert 'pip install ".[tracing]"' in dockerfile  # OTEL_* can turn tracing on
     user_lines = [line for line in dockerfile.splitlines() if line.startswith("USER ")]
     assert user_lines and user_lines[-1] not in ("USER root", "USER 0")
     assert 'ENTRYPOINT ["ltm"]' in dockerfile
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Where each of the service's files from this repository appears in its container."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target, *_ = volume.split(":")
+        if source.startswith("./"):
+            mounts[target] = ROOT / source
+    return mounts
+
+
+def test_observability_is_an_optional_profile(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        if name in OBSERVABILITY_SERVICES:
+            assert service.get("profiles") == ["observability"], name
+        else:
+            assert "observability" not in (service.get("profiles") or []), name
+
+
+def test_prometheus_scrapes_every_worker_and_gateway_with_the_alert_rules(
+    services: dict[str, Any],
+) -> None:
+    mounts = _mounts(services["prometheus"])
+    assert all(path.is_file() for path in mounts.values()), mounts
+    config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text(encoding="utf-8"))
+    for rule_file in config["rule_files"]:  # relative to the configuration's folder
+        assert mounts[f"/etc/prometheus/{rule_file}"] == ROOT / "infra/observability" / rule_file
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for job, name in (("ltm-worker", "worker"), ("ltm-gateway", "gateway")):
+        # Each replica of the service: the compose network's DNS names them all.
+        [discovery] = jobs[job]["dns_sd_configs"]
+        assert discovery["names"] == [name]
+        assert [str(discovery["port"])] == services[name]["expose"]
+    assert jobs["rabbitmq"]["static_configs"] == [{"targets": ["rabbitmq:15692"]}]
+
+
+def test_grafana_is_provisioned_with_the_dashboard(services: dict[str, Any]) -> None:
+    grafana = services["grafana"]
+    mounts = _mounts(grafana)
+    provisioning, dashboards = (
+        mounts["/etc/grafana/provisioning"],
+        mounts["/var/lib/grafana/dashboards"],
+    )
+    [source] = yaml.safe_load(
+        (provisioning / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    )["datasources"]
+    assert source["url"] == "http://prometheus:9090" and source["type"] == "prometheus"
+    [provider] = yaml.safe_load(
+        (provisioning / "dashboards" / "tomori-ltm.yml").read_text(encoding="utf-8")
+    )["providers"]
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (dashboards / Path(home).relative_to("/var/lib/grafana/dashboards")).is_file()
+
+
+@pytest.mark.parametrize("name", LTM_SERVICES)
+def test_the_processes_trace_to_jaeger_only_when_asked(services: dict[str, Any], name: str) -> None:
+    environment = services[name]["environment"]
+    # Off unless compose's environment sets OTEL_TRACES_EXPORTER (to otlp).
+    assert environment["OTEL_TRACES_EXPORTER"] == "${OTEL_TRACES_EXPORTER:-none}"
+    assert environment["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318"
+    assert "4318" in services["jaeger"]["expose"]
 
 
 def _compose_command() -> list[str] | None:
@@ -248,7 +312,7 @@ def test_compose_accepts_the_file() -> None:
     if compose is None:
         pytest.skip("neither `docker compose` nor `docker-compose` is installed")
     result = subprocess.run(
-        [*compose, "-f", str(COMPOSE_FILE), "config", "-q"],
+        [*compose, "-f", str(COMPOSE_FILE), "--profile", "observability", "config", "-q"],
         check=False,
         capture_output=True,
         text=True,

@@ -8,6 +8,10 @@ Events go out through aio-pika's underlying aiormq channel with `wait=False`: ai
 `Exchange.publish` holds the channel's lock until the socket has drained each message, which
 queues every publish of the worker behind the one before it, one event-loop turn at a time.
 Here the lock covers only queueing the frames; the confirm is still awaited.
+
+While tracing is on, each publish is a PRODUCER span whose context travels in the message's
+headers: an outbox row's span is the child of the call that wrote the row (its stored
+`traceparent`), a dead-letter copy's the child of the delivery being given up on.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from contracts.dead_letters import (
     FAILED_AT_HEADER,
     ORIGINAL_USER_ID_HEADER,
 )
+from infra import tracing
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.topology import declare_shard_queue
@@ -82,18 +87,22 @@ class EventPublisher:
     ) -> EventPublisher:
         return cls(*await confirming_channel(connection), topology)
 
-    async def publish_row(self, row: OutboxRow) -> None:
-        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack)."""
+    async def publish_row(self, row: OutboxRow, *, in_call: bool = False) -> None:
+        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack).
+
+        `in_call`: published within the span of the call that wrote the row, which is then
+        its parent as it is (the row's stored context is that span's, not read again)."""
         await self._publish(
             self._events,
             row.body,
             row.routing_key,
             event_properties(str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms),
+            parent=tracing.CURRENT if in_call else row.traceparent,
         )
 
-    async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
+    async def publish_rows(self, rows: Sequence[OutboxRow], *, in_call: bool = False) -> None:
         """All at once, each confirmed; raises if any was not."""
-        await asyncio.gather(*(self.publish_row(row) for row in rows))
+        await asyncio.gather(*(self.publish_row(row, in_call=in_call) for row in rows))
 
     async def publish_event(
         self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False
@@ -139,22 +148,42 @@ class EventPublisher:
         await self._publish(self._dead_letter, message.body, message.routing_key or "", properties)
 
     async def _publish(
-        self, exchange: str, body: bytes, routing_key: str, properties: Basic.Properties
+        self,
+        exchange: str,
+        body: bytes,
+        routing_key: str,
+        properties: Basic.Properties,
+        *,
+        parent: tracing.Parent = tracing.CURRENT,
     ) -> None:
-        try:
-            await self._raw.basic_publish(
-                body,
-                exchange=exchange,
-                routing_key=routing_key,
-                properties=properties,
-                mandatory=False,
-                wait=False,
-            )
-        except asyncio.CancelledError:
-            if being_cancelled():
-                raise
-            # The connection was given up as stalled: a failed publish, as any lost connection.
-            raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+        """`parent`: where the message was made (the current span, or an outbox row's)."""
+        if properties.headers is None:
+            properties.headers = {}
+        with tracing.sending(
+            exchange=exchange,
+            routing_key=routing_key,
+            message_id=properties.message_id,
+            conversation_id=properties.correlation_id,
+            headers=properties.headers,
+            parent=parent,
+        ):
+            try:
+                await self._raw.basic_publish(
+                    body,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    properties=properties,
+                    mandatory=False,
+                    wait=False,
+                )
+            except asyncio.CancelledError:
+                if being_cancelled():
+                    raise
+                # The connection was given up as stalled: a failed publish, as any lost
+                # connection.
+                raise aiormq.exceptions.AMQPConnectionError(
+                    "the broker connection stalled"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from worker.adapters.outbox import (
     OUTBOX_INSERT,
     OutboxRow,
     OutgoingEvent,
+    Traceparents,
     events_params,
     outbox_rows,
 )
@@ -563,10 +564,16 @@ def creations_params(creations: Sequence[PlannedCreation]) -> dict[str, str]:
 
 
 class ToolCallTransaction:
-    """One transaction for a batch of tool calls: every read and write of the pipeline."""
+    """One transaction for a batch of tool calls: every read and write of the pipeline.
 
-    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    `traceparents`: the trace context of each call (by tool_call_id), kept with its events.
+    """
+
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], traceparents: Traceparents | None = None
+    ) -> None:
         self._connection = connection
+        self._traceparents: Traceparents = traceparents or {}
         # Rows are named tuples: columns read as attributes, as the statements name them.
         self._cursor: psycopg.AsyncCursor[Any] = self._new_cursor()
 
@@ -749,10 +756,11 @@ class ToolCallTransaction:
         Sent, not awaited: the statement goes with COMMIT, and its errors are the commit's.
         """
         bodies = [encode_event(outgoing.event) for outgoing in events]
+        traceparents = self._traceparents
         await self._cursor.execute(
-            _FINISH, {**events_params(events, bodies), **answers_params(answers)}
+            _FINISH, {**events_params(events, bodies, traceparents), **answers_params(answers)}
         )
-        return outbox_rows(events, bodies)
+        return outbox_rows(events, bodies, traceparents)
 
     async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
         """Earlier calls' outbox rows, confirmed by the broker since: marked in this commit."""
@@ -815,10 +823,13 @@ class MemoryStore:
         self._idle: list[_HeldConnection] = []
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
-        """Commits when the block ends normally, rolls back when it raises."""
+    async def transaction(
+        self, traceparents: Traceparents | None = None
+    ) -> AsyncIterator[ToolCallTransaction]:
+        """Commits when the block ends normally, rolls back when it raises; `traceparents`:
+        the calls' trace contexts, for their outbox rows."""
         async with self.driver_transaction() as connection:
-            yield ToolCallTransaction(connection)
+            yield ToolCallTransaction(connection, traceparents)
 
     @asynccontextmanager
     async def driver_transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

@@ -23,8 +23,9 @@ class WorkerMetrics:
     def __post_init__(self) -> None:
         self.calls = Counter(
             "ltm_tool_calls_total",
-            "Tool calls answered, by status (replayed: answered from the idempotency record).",
-            ["status", "replayed"],
+            "Tool calls answered, by tool and status (replayed: answered from the idempotency "
+            "record).",
+            ["tool", "status", "replayed"],
             registry=self.registry,
         )
         self.latency = Histogram(

@@ -1,13 +1,15 @@
 """The outbox: events written in a change's transaction, published after its commit.
 
 Rows are published with confirms right after the commit, marked published, and swept up by
-any worker when a crash or a lost broker left them behind.
+any worker when a crash or a lost broker left them behind. A row keeps the trace context of
+the call that made it (`traceparent`, while tracing is on), so that its publish, however late
+and by whichever worker, belongs to that call's trace.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
@@ -23,6 +25,7 @@ __all__ = [
     "OutboxRow",
     "OutboxStore",
     "OutgoingEvent",
+    "Traceparents",
     "events_params",
     "outbox_rows",
     "queue_events",
@@ -39,14 +42,18 @@ class OutboxRow:
     correlation_id: str | None
     body: bytes
     ttl_ms: int | None
+    # W3C trace context of the call the event belongs to (None: written with tracing off).
+    traceparent: str | None = None
 
 
 OUTBOX_INSERT: Final = """
-    INSERT INTO outbox (event_id, event_type, routing_key, correlation_id, body, ttl_ms)
-    SELECT event_id, event_type, routing_key, correlation_id, convert_to(body, 'UTF8'), ttl_ms
+    INSERT INTO outbox
+        (event_id, event_type, routing_key, correlation_id, body, ttl_ms, traceparent)
+    SELECT event_id, event_type, routing_key, correlation_id, convert_to(body, 'UTF8'), ttl_ms,
+           traceparent
     FROM json_to_recordset(CAST(:events AS json)) AS e(
         event_id uuid, event_type text, routing_key text, correlation_id text, body text,
-        ttl_ms integer
+        ttl_ms integer, traceparent text
     )
 """
 
@@ -62,7 +69,21 @@ class OutgoingEvent:
     ttl_ms: int | None = None
 
 
-def events_params(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> dict[str, str]:
+# Trace contexts by tool_call_id (the events' correlation_id): none while tracing is off.
+Traceparents = Mapping[str, str]
+_UNTRACED: Final[Traceparents] = {}
+
+
+def _traceparent(traceparents: Traceparents, event: Event) -> str | None:
+    correlation_id = event.correlation_id
+    return None if correlation_id is None else traceparents.get(correlation_id)
+
+
+def events_params(
+    events: Sequence[OutgoingEvent],
+    bodies: Sequence[bytes],
+    traceparents: Traceparents = _UNTRACED,
+) -> dict[str, str]:
     return {
         "events": orjson.dumps(
             [
@@ -73,6 +94,7 @@ def events_params(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> d
                     "correlation_id": outgoing.event.correlation_id,
                     "body": body.decode(),
                     "ttl_ms": outgoing.ttl_ms,
+                    "traceparent": _traceparent(traceparents, outgoing.event),
                 }
                 for outgoing, body in zip(events, bodies, strict=True)
             ]
@@ -89,7 +111,11 @@ async def queue_events(
     return outbox_rows(events, bodies)
 
 
-def outbox_rows(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> list[OutboxRow]:
+def outbox_rows(
+    events: Sequence[OutgoingEvent],
+    bodies: Sequence[bytes],
+    traceparents: Traceparents = _UNTRACED,
+) -> list[OutboxRow]:
     """The queued events as rows to publish: nothing the insert makes is needed for that."""
     return [
         OutboxRow(
@@ -99,6 +125,7 @@ def outbox_rows(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> lis
             correlation_id=outgoing.event.correlation_id,
             body=body,
             ttl_ms=outgoing.ttl_ms,
+            traceparent=_traceparent(traceparents, outgoing.event),
         )
         for outgoing, body in zip(events, bodies, strict=True)
     ]
@@ -106,7 +133,7 @@ def outbox_rows(events: Sequence[OutgoingEvent], bodies: Sequence[bytes]) -> lis
 
 _UNPUBLISHED: Final = text(
     """
-    SELECT event_id, event_type, routing_key, correlation_id, body,
+    SELECT event_id, event_type, routing_key, correlation_id, body, traceparent,
            CASE WHEN ttl_ms IS NULL THEN NULL
                 ELSE ttl_ms - (extract(epoch FROM now() - created_at) * 1000)::integer
            END AS ttl_ms
@@ -165,6 +192,7 @@ class OutboxStore:
                     correlation_id=row.correlation_id,
                     body=bytes(row.body),
                     ttl_ms=row.ttl_ms,
+                    traceparent=row.traceparent,
                 )
                 for row in result
             ]

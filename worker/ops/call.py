@@ -32,7 +32,7 @@ from contracts import (
     result_routing_key,
     utc_now,
 )
-from infra import amqp
+from infra import amqp, tracing
 from infra.settings import Settings
 from worker.ops.output import ExitCode, json_document, print_fields, shown_text
 
@@ -143,17 +143,27 @@ async def _publish_and_wait(
 
         await replies.consume(on_reply)
         tool_calls = await channel.get_exchange(topology.tool_calls_exchange, ensure=True)
-        confirmation = await tool_calls.publish(
-            # As the bot's tool client does: the worker may take calls of trusted users only.
-            aio_pika.Message(
-                encode_event(call), **amqp_properties(call), user_id=settings.amqp_user
-            ),
+        # As the bot's tool client does: the worker may take calls of trusted users only.
+        properties = amqp_properties(call)
+        with tracing.sending(
+            exchange=tool_calls.name,
             routing_key=call.tool_name,
-            mandatory=True,
-        )
-        if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-            raise _Unroutable()
-        print(f"published tool call {call.tool_call_id}; waiting for its result", file=err)
+            message_id=properties["message_id"],
+            conversation_id=call.tool_call_id,
+            headers=properties["headers"],
+        ) as span:
+            confirmation = await tool_calls.publish(
+                aio_pika.Message(encode_event(call), **properties, user_id=settings.amqp_user),
+                routing_key=call.tool_name,
+                mandatory=True,
+            )
+            if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+                tracing.failed(span, "unroutable", "no queue takes the tool")
+                raise _Unroutable()
+        trace_id = tracing.trace_id_of(span)
+        # With tracing on, the id to look the call up by in the trace viewer.
+        traced = f" (trace {trace_id})" if trace_id else ""
+        print(f"published tool call {call.tool_call_id}{traced}; waiting for its result", file=err)
         return await asyncio.wait_for(answered, timeout)
 
 

@@ -35,7 +35,7 @@ from contracts.dead_letters import (
     FAILED_AT_HEADER,
     ORIGINAL_USER_ID_HEADER,
 )
-from infra import amqp
+from infra import amqp, tracing
 from infra.settings import Settings
 from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
 
@@ -422,10 +422,19 @@ class _Replayer:
 
     async def replay(self, message: AbstractIncomingMessage) -> _Replayed:
         entry = describe(message, self.topology)
+        replayed = replay_message(message, user_id=self.user_id)
         try:
-            await self.exchange.publish(
-                replay_message(message, user_id=self.user_id), routing_key=entry.routing_key
-            )
+            # A trace of its own, linked to the original's (where it was dead-lettered).
+            with tracing.sending(
+                exchange=self.exchange.name,
+                routing_key=entry.routing_key,
+                message_id=replayed.message_id,
+                conversation_id=replayed.correlation_id,
+                headers=replayed.headers,
+                parent=None,
+                linked_headers=message.headers,
+            ):
+                await self.exchange.publish(replayed, routing_key=entry.routing_key)
         except DeliveryError as error:
             # Unconfirmed or unroutable: the dead-letter copy stays where it is.
             return _Replayed(entry, _refusal(error, entry.routing_key))

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import aio_pika
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from contracts import (
     REPLAYED_HEADER,
@@ -23,6 +26,7 @@ from contracts import (
     encode_event,
     result_routing_key,
 )
+from infra import tracing
 from infra.settings import Settings
 from tests.integration.ops.seeding import tool_call
 from tests.support.broker import queue_depth
@@ -35,13 +39,15 @@ ANSWER_DEADLINE_S = 10.0
 @asynccontextmanager
 async def answering(
     channel: AbstractChannel, topology: Topology, status: MemoryStatus, *, replayed: bool
-) -> AsyncIterator[None]:
+) -> AsyncIterator[list[AbstractIncomingMessage]]:
     """Takes each call from the work queue and answers it with `status`, as a worker would
-    (`replayed`: as from its idempotency record)."""
+    (`replayed`: as from its idempotency record); yields the calls as they came."""
+    calls: list[AbstractIncomingMessage] = []
     work = await channel.declare_queue(topology.worker_queue, passive=True)
     events = await channel.get_exchange(topology.events_exchange, ensure=False)
 
     async def answer(message: AbstractIncomingMessage) -> None:
+        calls.append(message)
         call = decode_tool_call(message.body)
         result = ToolCallCompleted(
             causation_id=call.event_id,
@@ -66,7 +72,7 @@ async def answering(
 
     tag = await work.consume(answer)
     try:
-        yield
+        yield calls
     finally:
         await work.cancel(tag)
 
@@ -150,6 +156,39 @@ async def test_success_false_exits_1_and_prints_the_result(
     assert code == 1
     result = json.loads(out)
     assert (result["success"], result["status"]) == (False, "memory_update_failed_not_found")
+
+
+@pytest.fixture
+def traced() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use_tracer_provider(None)
+        provider.shutdown()
+
+
+async def test_traced_the_call_starts_a_trace_and_names_it(
+    ops_settings: Settings,
+    channel: AbstractChannel,
+    topology: Topology,
+    traced: InMemorySpanExporter,
+) -> None:
+    async with answering(channel, topology, MemoryStatus.UPDATED, replayed=False) as calls:
+        code, _, err = await _call(ops_settings, encode_event(tool_call("tc-traced")))
+
+    assert code == 0, err
+    [send] = traced.get_finished_spans()
+    trace_id = f"{send.context.trace_id:032x}"
+    assert send.name == f"send {topology.tool_calls_exchange}"
+    assert f"published tool call tc-traced (trace {trace_id}); waiting" in err
+    # The worker continues from the call's headers.
+    [call] = calls
+    headers = call.headers or {}
+    assert str(headers["traceparent"]).split("-")[1:3] == [trace_id, f"{send.context.span_id:016x}"]
 
 
 async def test_a_body_that_is_not_a_tool_call_is_a_usage_error(ops_settings: Settings) -> None:

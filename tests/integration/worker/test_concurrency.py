@@ -28,6 +28,7 @@ from worker.adapters.database import (
     PlannedWrite,
     ToolCallTransaction,
 )
+from worker.adapters.outbox import Traceparents
 from worker.core.model import ForbiddenWrite, WrittenMemory
 from worker.service import Processed
 
@@ -64,7 +65,9 @@ class RendezvousStore(MemoryStore):
         self._step = step
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
+    async def transaction(
+        self, traceparents: Traceparents | None = None
+    ) -> AsyncIterator[ToolCallTransaction]:
         async with self.driver_transaction() as connection:
             yield _RendezvousTransaction(connection, self._barrier, self._step)
 

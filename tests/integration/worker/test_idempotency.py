@@ -14,7 +14,7 @@ from contracts import MemoryStatus, ToolCallRequested
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
 from tests.support.world import participant, snowflake
 from worker.adapters.database import Answer, MemoryStore, ToolCallTransaction
-from worker.adapters.outbox import OutboxRow, OutgoingEvent
+from worker.adapters.outbox import OutboxRow, OutgoingEvent, Traceparents
 from worker.core.idempotency import call_fingerprint
 from worker.service import Processed
 
@@ -35,9 +35,11 @@ class CrashingStore(MemoryStore):
     """The real store, whose transactions fail after the last statement, before the commit."""
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[ToolCallTransaction]:
+    async def transaction(
+        self, traceparents: Traceparents | None = None
+    ) -> AsyncIterator[ToolCallTransaction]:
         async with self.driver_transaction() as connection:
-            yield _CrashingTransaction(connection)
+            yield _CrashingTransaction(connection, traceparents)
 
 
 def another_copy(call: ToolCallRequested, **context: Any) -> ToolCallRequested:
