@@ -35,6 +35,13 @@ from contracts.memories import (
     memory_lines,
     newest_first,
 )
+from contracts.operator import (
+    DeadLettersPurged,
+    DeadLettersReplayed,
+    OperatorAction,
+    ReplayedCall,
+    operator_routing_key,
+)
 from contracts.results import MemoryScope, ResultData, ToolCallCompleted
 from contracts.statuses import MemoryStatus
 from contracts.tool_calls import (
@@ -77,6 +84,8 @@ __all__ = [
     "UPDATE_LONG_TERM_MEMORY",
     "CacheInvalidate",
     "CacheName",
+    "DeadLettersPurged",
+    "DeadLettersReplayed",
     "DiscordId",
     "EmbedField",
     "EmbedKind",
@@ -91,9 +100,11 @@ __all__ = [
     "MemoryScope",
     "MemoryStatus",
     "MemoryUpdated",
+    "OperatorAction",
     "Participant",
     "ParticipantId",
     "PersonalMemory",
+    "ReplayedCall",
     "ResultData",
     "ServerMemories",
     "ServerMemory",
@@ -120,6 +131,7 @@ __all__ = [
     "memory_lines",
     "newest_first",
     "openai_tool",
+    "operator_routing_key",
     "result_routing_key",
     "rfc3339_utc",
     "shard_of_routing_key",

@@ -31,6 +31,8 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 
 from contracts import (
     CacheInvalidate,
+    DeadLettersPurged,
+    DeadLettersReplayed,
     EmbedRequested,
     Event,
     InvalidEnvelope,
@@ -366,6 +368,13 @@ def _details(event: Event) -> Iterator[str]:
     elif isinstance(event, ToolCallRequested):
         yield shown_text(event.tool_name)
         yield f"guild={event.context.guild_id or 'dm'}"
+    elif isinstance(event, DeadLettersReplayed):
+        yield f"actor={shown_text(event.actor)}"
+        yield f"replayed={len(event.replayed)}"
+        yield f"failed={event.failed}"
+    elif isinstance(event, DeadLettersPurged):
+        yield f"actor={shown_text(event.actor)}"
+        yield f"removed={event.removed}"
 
 
 def _json_line(body: bytes) -> str | None:
