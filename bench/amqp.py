@@ -21,7 +21,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, Topology
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, MemoryStatus, Topology
 from infra.topology import declare_topology
 from worker.adapters.broker import confirming_channel
 
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 RESULTS_BINDING: Final = "result.shard.*"
+_SUCCESSES: Final = frozenset({MemoryStatus.UPDATED.value, MemoryStatus.SAVED.value})
 
 
 async def declare(connection: AbstractConnection, topology: Topology) -> None:
@@ -51,9 +52,16 @@ class OutgoingCall:
 
     body: bytes
     properties: Basic.Properties
+    routing_key: str  # the tool's name
 
 
-def outgoing_call(body: bytes, *, message_id: str, correlation_id: str) -> OutgoingCall:
+def outgoing_call(
+    body: bytes,
+    *,
+    message_id: str,
+    correlation_id: str,
+    tool_name: str = UPDATE_LONG_TERM_MEMORY,
+) -> OutgoingCall:
     """A call with the properties CONTRACT.md gives every message."""
     return OutgoingCall(
         body,
@@ -66,6 +74,7 @@ def outgoing_call(body: bytes, *, message_id: str, correlation_id: str) -> Outgo
             timestamp=datetime.now(UTC),
             headers={"schema_version": SCHEMA_VERSION},
         ),
+        tool_name,
     )
 
 
@@ -91,7 +100,7 @@ class CallPublisher:
         await self._raw.basic_publish(
             call.body,
             exchange=self._exchange,
-            routing_key=UPDATE_LONG_TERM_MEMORY,
+            routing_key=call.routing_key,
             properties=call.properties,
             wait=False,
         )
@@ -150,9 +159,9 @@ class Tally:
         return (self.count - 1) / (self.last - self.first)
 
     def failures(self) -> int:
-        return sum(
-            n for status, n in self.statuses.items() if status != "memory_updated_successfully"
-        )
+        """Results that are not the success the bench's calls are made for (an update's or a
+        creation's)."""
+        return sum(n for status, n in self.statuses.items() if status not in _SUCCESSES)
 
     async def wait(self, timeout: float) -> bool:
         """Whether every expected result arrived within `timeout` seconds."""

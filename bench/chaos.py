@@ -3,22 +3,28 @@ the database goes away, then a check that nothing was lost, applied twice or pos
 
 `python -m bench.chaos` (`make chaos`) makes a database and a broker virtual host of its own,
 seeds a world of servers, personas, people and memories, and publishes random tool calls (both
-scopes, updates and deletes, invalid arguments, ids out of reach or missing, copies of the same
-tool call) at a steady pace to two real `ltm worker` processes. Meanwhile it SIGKILLs workers
-(sometimes bringing one back with a failpoint that kills it between commit and ack), closes
-every broker connection of its virtual host, stalls the workers' network path to the broker
-(a TCP proxy) until their heartbeats give it up, and restarts PostgreSQL once. An in-process
+scopes, creations, updates and deletes, invalid arguments, ids out of reach or missing, copies
+of the same tool call) at a steady pace to two real `ltm worker` processes. Meanwhile it
+SIGKILLs workers (sometimes bringing one back with a failpoint that kills it between commit
+and ack), closes every broker connection of its virtual host, stalls the workers' network
+path to the broker (a TCP proxy) until their heartbeats give it up, and restarts PostgreSQL
+once. An in-process
 gateway consumes the shard queues and posts embeds to a fake Discord. Afterwards it replays
 whatever was dead-lettered and checks:
 
-- every call got its result (a `memory_update_failed_db_error` answer counts until the
-  dead-lettered call is replayed; then its recorded result is expected);
+- every call got its result (a `…_db_error` answer counts until the dead-lettered call is
+  replayed; then its recorded result is expected);
 - every answer agrees with the recorded result, and is one the call could get;
 - every successful call has exactly one revision, every failed one none;
 - each memory's revisions form a chain (each `content_before` is the previous
   `content_after`, the first is the seeded content, the last is what the table holds);
 - a model that applies the successful calls' sanitized content in revision order, from the
-  seeded contents, predicts the table exactly;
+  seeded contents, and adds the memories the creations saved, predicts the table exactly;
+- a memory the create tool saved begins its chain with its `created` revision, and no other
+  memory has one;
+- replayed in revision order, no scope ever holds more memories than its limit after a
+  creation, nor two that say the same; a duplicate answer names a memory of the scope that
+  says it, a limit answer a full scope;
 - the gateway posted each successful call's embed exactly once, and nothing else;
 - the workers logged no error but the ones a broker closure brings (and a call the database
   outlived the retry budget for), and nothing that is not a JSON log line (a traceback).
@@ -59,6 +65,8 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMe
 from psycopg.rows import dict_row
 
 from contracts import (
+    CREATE_LONG_TERM_MEMORY,
+    REMEMBER_THIS_FACT,
     UPDATE_LONG_TERM_MEMORY,
     EmbedRequested,
     InvalidEnvelope,
@@ -80,9 +88,10 @@ from tests.support.broker import delete_topology
 from tests.support.fake_discord import FakeDiscord
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices, rabbitmqctl, refuse_connections, test_services
+from worker.core.create import content_key
 from worker.ops.dead_letters import inspect_dead_letters, replay_dead_letters
 
-__all__ = ["ChaosReport", "DbFault", "main", "run_chaos"]
+__all__ = ["ChaosReport", "DbFault", "check_scopes", "main", "run_chaos"]
 
 DbFault = Literal["restart", "outage", "none"]
 
@@ -90,7 +99,23 @@ MAX_MEMORY_ID: Final = 2**53 - 1
 MAX_MEMORY_LENGTH: Final = 1000  # the workers' default (LTM_MAX_MEMORY_LENGTH)
 BOT_USER_ID: Final = "100000000000000001"
 FAILPOINTS: Final = ("after_commit", "after_publish", "after_mark")
-UNRECORDED: Final = frozenset({MemoryStatus.DB_ERROR, MemoryStatus.INTERNAL_ERROR})
+UNRECORDED: Final = frozenset(
+    {
+        MemoryStatus.DB_ERROR,
+        MemoryStatus.INTERNAL_ERROR,
+        MemoryStatus.SAVE_DB_ERROR,
+        MemoryStatus.SAVE_INTERNAL_ERROR,
+    }
+)
+# What a creation may be answered when its person allows it: which one depends on the calls
+# that reach its scope first.
+SAVE_OUTCOMES: Final = frozenset(
+    {MemoryStatus.SAVED, MemoryStatus.SAVE_DUPLICATE, MemoryStatus.SAVE_LIMIT_EXCEEDED}
+)
+# A few texts per scope, so that creations meet on the same one.
+FACTS: Final = 8
+# (scope, the server's server_id or the owner's user_id, lineage): where a creation counts.
+ScopeRef = tuple[str, int, int]
 
 
 def _disc_id() -> str:
@@ -141,6 +166,31 @@ class World:
     places: list[Place]
     users: list[User]
     memories: dict[int, Memory]
+    # The workers' LTM_MAX_SERVER_MEMORIES and LTM_MAX_PERSONAL_MEMORIES: a few above what the
+    # seeded scopes hold, so that creations reach them.
+    server_limit: int = 25
+    personal_limit: int = 25
+
+    def limit(self, scope: ScopeRef) -> int:
+        return self.server_limit if scope[0] == "server_wide" else self.personal_limit
+
+    def seeded_in(self, scope: ScopeRef) -> list[Memory]:
+        """The seeded memories a creation in `scope` is counted and compared with."""
+        kind, anchor, lineage = scope
+        if kind == "server_wide":
+            return [
+                m
+                for m in self.memories.values()
+                if m.scope == kind and m.server_id == anchor and m.lineage == lineage
+            ]
+        return [
+            m
+            for m in self.memories.values()
+            if m.scope == kind
+            and m.owner is not None
+            and m.owner.user_id == anchor
+            and m.lineage in (lineage, 0)
+        ]
 
     def server_memories(self, place: Place, lineage: int) -> list[Memory]:
         return [
@@ -257,7 +307,7 @@ async def seed_world(database_url: str, rng: random.Random, calls: int) -> World
                 )
                 memories[memory_id] = Memory(memory_id, "target_user", content, lineage, owner=user)
         await connection.commit()
-    return World(places, users, memories)
+    return World(places, users, memories, server_limit=per_persona + 3, personal_limit=5)
 
 
 # -- the calls -----------------------------------------------------------------------------
@@ -272,6 +322,7 @@ class PlannedCall:
     allowed: frozenset[MemoryStatus]
     memory_id: int | None = None  # the memory it may write, when it may write one
     content: str | None = None  # what a successful update stores; None for a delete
+    scope: ScopeRef | None = None  # a creation's, with `content` what it saves there
 
     @property
     def tool_call_id(self) -> str:
@@ -316,11 +367,13 @@ class Planner:
         triggerer: User,
         arguments: Any,
         people: Sequence[Participant] = (),
+        *,
+        tool_name: str = UPDATE_LONG_TERM_MEMORY,
     ) -> ToolCallRequested:
         participants = [self._participant(triggerer), *people]
         return ToolCallRequested(
             tool_call_id=f"chaos-{self.run_tag}-{next(self.counter)}",
-            tool_name=UPDATE_LONG_TERM_MEMORY,
+            tool_name=tool_name,
             arguments=arguments,
             context=ToolCallContext(
                 guild_id=None if place.is_dm else place.disc_id,
@@ -344,6 +397,10 @@ class Planner:
             ("invalid_content", 3),
             ("target_problem", 5),
             ("disallowed", 4),
+            ("create_server", 10),
+            ("create_personal", 7),
+            ("create_fallback", 3),
+            ("create_invalid", 3),
         ]
         names, weights = zip(*kinds, strict=True)
         planned: list[PlannedCall] = []
@@ -547,6 +604,125 @@ class Planner:
             "disallowed",
             frozenset({MemoryStatus.INVALID_SCOPE}),
         )
+
+    # -- creations --------------------------------------------------------------------------
+
+    def _create_name(self) -> str:
+        return self.rng.choice(
+            [CREATE_LONG_TERM_MEMORY, CREATE_LONG_TERM_MEMORY, REMEMBER_THIS_FACT]
+        )
+
+    def _fact(self, template: str = "chaos fact {k}") -> tuple[str, str]:
+        """(what the LLM sends, what is saved): one of a few texts, as the LLM might write it
+        again (case, spaces), so that creations of a scope meet on it."""
+        text = template.format(k=self.rng.randrange(FACTS))
+        sent = self.rng.choice([text, text.upper(), f"  {text} ", text.replace(" ", "  ")])
+        return sent, sent.strip()
+
+    def _create_server(self) -> PlannedCall:
+        place, persona, triggerer = self._scene()
+        sent, saved = self._fact()
+        scope = self.rng.choice(["server_wide", " Server_Wide "])
+        call = self._call(
+            place,
+            persona,
+            triggerer,
+            {"memory_content": sent, "memory_scope": scope},
+            self._bystanders(place, triggerer),
+            tool_name=self._create_name(),
+        )
+        where = ("server_wide", place.server_id, persona.lineage)
+        return PlannedCall(call, "create_server", SAVE_OUTCOMES, content=saved, scope=where)
+
+    def _create_personal(self) -> PlannedCall:
+        place, persona, triggerer = self._scene()
+        target = triggerer if place.is_dm else self.rng.choice(place.members)
+        sent, saved = self._fact("{{user}} knows chaos fact {k}")
+        arguments = {
+            "memory_content": sent,
+            "memory_scope": "target_user",
+            "target_user": self.rng.choice([target.name, f"@{target.name}"]),
+        }
+        people = self._bystanders(place, triggerer, target)
+        if target != triggerer and self.rng.random() < 0.7:
+            people.append(self._participant(target))
+        call = self._call(
+            place, persona, triggerer, arguments, people, tool_name=self._create_name()
+        )
+        if target.privacy != 0:
+            return PlannedCall(
+                call, "create_personal", frozenset({MemoryStatus.SAVE_PRIVACY_RESTRICTED})
+            )
+        where = ("target_user", target.user_id, persona.lineage)
+        return PlannedCall(call, "create_personal", SAVE_OUTCOMES, content=saved, scope=where)
+
+    def _create_fallback(self) -> PlannedCall:
+        """About the bot (`self`, or its mention in a guild) or a bridged Matrix user: saved
+        server-wide, a bridged user's name written in place of {user}."""
+        place, persona, triggerer = self._scene()
+        people = self._bystanders(place, triggerer)
+        who = self.rng.randrange(3 if not place.is_dm else 2)
+        if who == 0:
+            target = self.rng.choice(["self", "SELF", "@self"])
+            sent, saved = self._fact("{{bot}} likes chaos fact {k}")
+        elif who == 1:
+            n = self.rng.randrange(2)
+            bridged = Participant(
+                user_id=f"@bridged{n}:matrix.org",
+                display_label=f"Bridged{n} (Matrix)",
+                aliases=(f"Bridged{n}",),
+            )
+            people.append(bridged)
+            target = self.rng.choice([bridged.user_id, f"Bridged{n}"])
+            sent, saved = self._fact("{{USER}} shares chaos fact {k}")
+            saved = saved.replace("{USER}", f"Bridged{n}")
+        else:
+            target = f"<@{BOT_USER_ID}>"  # a member here, as a bot
+            sent, saved = self._fact("{{bot}} likes chaos fact {k}")
+        arguments = {"memory_content": sent, "memory_scope": "target_user", "target_user": target}
+        call = self._call(
+            place, persona, triggerer, arguments, people, tool_name=self._create_name()
+        )
+        where = ("server_wide", place.server_id, persona.lineage)
+        return PlannedCall(call, "create_fallback", SAVE_OUTCOMES, content=saved, scope=where)
+
+    def _create_invalid(self) -> PlannedCall:
+        place, persona, triggerer = self._scene()
+        arguments, status = self.rng.choice(
+            [
+                (
+                    {"memory_content": "x", "memory_scope": "channel"},
+                    MemoryStatus.SAVE_INVALID_ARGS,
+                ),
+                ({"memory_scope": "server_wide"}, MemoryStatus.SAVE_INVALID_ARGS),
+                (
+                    {"memory_content": "x", "memory_scope": "target_user"},
+                    MemoryStatus.SAVE_INVALID_ARGS,
+                ),
+                (
+                    {"memory_content": ["x"], "memory_scope": "server_wide"},
+                    MemoryStatus.SAVE_INVALID_ARGS,
+                ),
+                ("remember that", MemoryStatus.SAVE_INVALID_ARGS),
+                (
+                    {"memory_content": "  ", "memory_scope": "server_wide"},
+                    MemoryStatus.SAVE_INVALID_CONTENT,
+                ),
+                (
+                    {"memory_content": "\u200b", "memory_scope": "server_wide"},
+                    MemoryStatus.SAVE_INVALID_CONTENT,
+                ),
+                (
+                    {
+                        "memory_content": "x" * (MAX_MEMORY_LENGTH + 1),
+                        "memory_scope": "server_wide",
+                    },
+                    MemoryStatus.SAVE_INVALID_CONTENT,
+                ),
+            ]
+        )
+        call = self._call(place, persona, triggerer, arguments, tool_name=self._create_name())
+        return PlannedCall(call, "create_invalid", frozenset({status}))
 
 
 @dataclass(frozen=True)
@@ -863,6 +1039,8 @@ class ChaosReport:
     model_errors: list[str] = field(default_factory=list)
     status_errors: list[str] = field(default_factory=list)
     embed_errors: list[str] = field(default_factory=list)
+    scope_errors: list[str] = field(default_factory=list)
+    created: int = 0
     undecodable_events: int = 0
     harness_reconnects: int = 0
     log_errors: list[str] = field(default_factory=list)
@@ -889,6 +1067,7 @@ class ChaosReport:
             ("model", self.model_errors),
             ("status", self.status_errors),
             ("embed", self.embed_errors),
+            ("scope", self.scope_errors),
             ("worker log", self.log_errors),
         ):
             found += [f"{kind}: {error}" for error in errors[:20]]
@@ -917,13 +1096,15 @@ class ChaosReport:
             ("duration", f"{self.duration_s:.1f} s"),
             ("harness reconnects (its own connection)", self.harness_reconnects),
             ("revisions written", self.revisions),
+            ("memories created", self.created),
             ("embeds posted", self.embeds_posted),
             ("embeds missing", self.embeds_missing),
             ("unrecorded answers (db_error, internal)", dict(self.unrecorded_answers) or 0),
             (
-                "chain / model / status / embed errors",
+                "chain / model / status / embed / scope errors",
                 f"{len(self.chain_errors)} / {len(self.model_errors)}"
-                f" / {len(self.status_errors)} / {len(self.embed_errors)}",
+                f" / {len(self.status_errors)} / {len(self.embed_errors)}"
+                f" / {len(self.scope_errors)}",
             ),
             ("unexpected worker log lines", len(self.log_errors)),
         ]
@@ -1066,6 +1247,8 @@ async def run_chaos(
         "LTM_OUTBOX_SWEEP_INTERVAL_S": "0.5",
         "LTM_SHUTDOWN_GRACE_S": "10",
         "LTM_PREFETCH": "32",
+        "LTM_MAX_SERVER_MEMORIES": str(world.server_limit),
+        "LTM_MAX_PERSONAL_MEMORIES": str(world.personal_limit),
     }
     # The workers and the gateway reach the broker through a proxy that can stall the path;
     # with a short heartbeat they give a stalled connection up after 3 x (1 + 1) s.
@@ -1334,6 +1517,8 @@ async def _check(
             (memory_ids, ids),
         )
         revisions = await cursor.fetchall()
+        # The memories the run's creations saved, besides the seeded ones.
+        memory_ids += [r["memory_id"] for r in revisions if r["action"] == "created"]
         await cursor.execute(
             "SELECT server_memory_id AS id, content FROM server_memories"
             " WHERE server_memory_id = ANY(%s)"
@@ -1355,6 +1540,8 @@ async def _check(
     known_nonces: set[str] = set()
     deleted_by_success: set[int] = set()
     successes: list[tuple[int, PlannedCall]] = []  # (revision id, call)
+    created: dict[int, PlannedCall] = {}  # memory id: the creation that saved it
+    refused_creations: list[tuple[PlannedCall, ToolCallCompleted]] = []
 
     for call in planned:
         results = collected.results.get(call.tool_call_id, [])
@@ -1390,16 +1577,19 @@ async def _check(
                 report.chain_errors.append(f"{call.tool_call_id}: succeeded without a revision")
                 continue
             revision = own[0]
-            if call.memory_id is not None:
-                successes.append((revision["revision_id"], call))
-            if call.content is None:
-                deleted_by_success.add(revision["memory_id"])
-            expected = (call.memory_id, call.content)
-            if (revision["memory_id"], revision["content_after"]) != expected:
-                report.model_errors.append(
-                    f"{call.tool_call_id}: wrote {revision['memory_id']}"
-                    f" {revision['content_after']!r}, planned {expected}"
-                )
+            if call.scope is not None:
+                _saved(call, revision, results, created, report)
+            else:
+                if call.memory_id is not None:
+                    successes.append((revision["revision_id"], call))
+                if call.content is None:
+                    deleted_by_success.add(revision["memory_id"])
+                expected = (call.memory_id, call.content)
+                if (revision["memory_id"], revision["content_after"]) != expected:
+                    report.model_errors.append(
+                        f"{call.tool_call_id}: wrote {revision['memory_id']}"
+                        f" {revision['content_after']!r}, planned {expected}"
+                    )
             if len(embeds) != 1:
                 report.embed_errors.append(f"{call.tool_call_id}: {len(embeds)} embed events")
             counts = [posts.get(nonce, 0) for nonce in nonces]
@@ -1413,6 +1603,8 @@ async def _check(
             if sum(counts) == 0 and not expired:
                 report.embeds_missing += 1
         else:
+            if call.scope is not None and status in SAVE_OUTCOMES:
+                refused_creations.extend((call, r) for r in results if r.status is status)
             if own:
                 report.chain_errors.append(
                     f"{call.tool_call_id}: failed ({status.value}) but wrote {len(own)} revision(s)"
@@ -1440,9 +1632,23 @@ async def _check(
     chains: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for revision in revisions:
         chains[revision["memory_id"]].append(revision)
-    for memory_id, memory in world.memories.items():
-        content: str | None = memory.content
+    starts: dict[int, str | None] = {m: memory.content for m, memory in world.memories.items()}
+    for memory_id in created:
+        starts[memory_id] = None  # it did not exist before its creation
+        first = chains[memory_id][0]
+        if (first["action"], first["content_before"]) != ("created", ""):
+            report.chain_errors.append(
+                f"memory {memory_id}: created by a call, but its first revision is"
+                f" {first['action']} from {first['content_before']!r}"
+            )
+    for memory_id in world.memories:
+        if any(revision["action"] == "created" for revision in chains.get(memory_id, [])):
+            report.chain_errors.append(f"memory {memory_id}: seeded, yet has a created revision")
+    for memory_id, start in starts.items():
+        content: str | None = start
         for revision in chains.get(memory_id, []):
+            if revision["action"] == "created":
+                content = ""  # a `created` revision begins from nothing
             if revision["content_before"] != content:
                 report.chain_errors.append(
                     f"memory {memory_id}: revision {revision['revision_id']} starts from"
@@ -1457,6 +1663,7 @@ async def _check(
 
     # The model: seeded contents, then every successful call's content in revision order.
     model: dict[int, str | None] = {m: memory.content for m, memory in world.memories.items()}
+    model.update({memory_id: call.content for memory_id, call in created.items()})
     for _, call in sorted(successes, key=lambda pair: pair[0]):
         assert call.memory_id is not None  # only calls that may write are in `successes`
         if model.get(call.memory_id) is None:
@@ -1470,6 +1677,89 @@ async def _check(
                 f"memory {memory_id}: the model says {predicted!r},"
                 f" the table holds {current.get(memory_id)!r}"
             )
+
+    check_scopes(world, revisions, created, refused_creations, report)
+
+
+def _saved(
+    call: PlannedCall,
+    revision: dict[str, Any],
+    results: Sequence[ToolCallCompleted],
+    created: dict[int, PlannedCall],
+    report: ChaosReport,
+) -> None:
+    """A creation's one revision: `created`, from nothing, the planned text, the id answered."""
+    answered = {r.data.memory_id for r in results if r.success}
+    got = (revision["action"], revision["content_before"], revision["content_after"])
+    if got != ("created", "", call.content) or answered != {revision["memory_id"]}:
+        report.model_errors.append(
+            f"{call.tool_call_id}: saved {got} as {revision['memory_id']}, answered"
+            f" {sorted(answered, key=str)}, planned {call.content!r}"
+        )
+        return
+    created[revision["memory_id"]] = call
+    report.created += 1
+
+
+def check_scopes(
+    world: World,
+    revisions: Sequence[dict[str, Any]],
+    created: dict[int, PlannedCall],
+    refused: Sequence[tuple[PlannedCall, ToolCallCompleted]],
+    report: ChaosReport,
+) -> None:
+    """Each scope a creation reached, replayed in revision order: after every creation it holds
+    no more than its limit and no two memories that say the same.
+
+    The order is that of the creations: they lock their scope before reading it and take their
+    revision ids while holding the lock; a delete they saw committed took its id earlier.
+    """
+    scopes = {call.scope for call in created.values()} | {call.scope for call, _ in refused}
+    for scope in sorted(s for s in scopes if s is not None):
+        live = {m.memory_id: content_key(m.content) for m in world.seeded_in(scope)}
+        members = set(live) | {m for m, call in created.items() if call.scope == scope}
+        limit = world.limit(scope)
+        for revision in revisions:
+            memory_id = revision["memory_id"]
+            if memory_id not in members:
+                continue
+            after = revision["content_after"]
+            if revision["action"] == "created":
+                if content_key(after) in live.values():
+                    report.scope_errors.append(
+                        f"{scope}: memory {memory_id} says what another already said: {after!r}"
+                    )
+                live[memory_id] = content_key(after)
+                if len(live) > limit:
+                    report.scope_errors.append(
+                        f"{scope}: {len(live)} memories after creating {memory_id}, limit {limit}"
+                    )
+            elif after is None:
+                live.pop(memory_id, None)
+            else:
+                live[memory_id] = content_key(after)
+
+    for call, result in refused:
+        assert call.scope is not None and call.content is not None
+        named = result.data.memory_id
+        if result.status is MemoryStatus.SAVE_DUPLICATE:
+            same = created.get(named) if named is not None else None
+            if (
+                same is None
+                or same.scope != call.scope
+                or (content_key(same.content or "") != content_key(call.content))
+            ):
+                report.scope_errors.append(
+                    f"{call.tool_call_id}: a duplicate of {named}, which does not say"
+                    f" {call.content!r} in {call.scope}"
+                )
+        elif result.status is MemoryStatus.SAVE_LIMIT_EXCEEDED:
+            limit = world.limit(call.scope)
+            if result.data.max_allowed != limit or (result.data.current_count or 0) < limit:
+                report.scope_errors.append(
+                    f"{call.tool_call_id}: refused at {result.data.current_count}"
+                    f" of {result.data.max_allowed}, the limit being {limit}"
+                )
 
 
 async def _delete_topology(settings: Settings, topology: Topology, shards: int) -> None:

@@ -2,7 +2,8 @@
 
 `python -m bench.publisher --amqp-url URL --prefix P --file CALLS.jsonl [--window 256]`
 
-Each line of the file is `{"body", "message_id", "correlation_id"}` (`bench.world.call_line`).
+Each line of the file is `{"body", "message_id", "correlation_id", "tool_name"}`
+(`bench.world.call_line`).
 The messages are built before the clock starts; then every one is published to the tool-call
 exchange with publisher confirms and up to `--window` confirms outstanding. Prints one JSON
 line: how many, in how many seconds.
@@ -35,6 +36,7 @@ async def publish_lines(
                 item["body"].encode(),
                 message_id=item["message_id"],
                 correlation_id=item["correlation_id"],
+                tool_name=item["tool_name"],
             )
         )
     connection = await aio_pika.connect(

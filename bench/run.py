@@ -20,6 +20,12 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    loop and a worker each on a queue filled before it starts.
 5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker,
    after its warm-up, once the machine has settled (`bench.machine.settle`).
+5b. The same two figures for the create tool (`create_throughput`, `create_ratio_vs_broker`
+   against the broker loop publishing a creation's events; `create_p50_ms` … `create_p99_ms`),
+   against the same targets: each call saves a new server memory in a server kept for the
+   creations (`--create-servers` of them, each holding `--create-seeded` memories before a
+   run, so that a run's creations stay under the limit; what they saved is removed between
+   runs).
 6. `cost_1m_vs_10k`: time per call with 1M stored memories over time per call with 10k,
    the 1M in a second database, the two taking turns in rounds as in 3 (the median).
 7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run.
@@ -55,7 +61,19 @@ from bench.processes import Child, free_port
 from bench.samples import Sample, capture
 from bench.services import BenchServices, bench_services
 from bench.system import Bench, RunFigure, latency_run, throughput_run
-from bench.world import Target, grow_memories, memory_count, pick_targets, reset_calls, seed_servers
+from bench.world import (
+    CallMaker,
+    creations_of,
+    grow_memories,
+    memory_count,
+    pick_create_targets,
+    pick_targets,
+    reset_calls,
+    seed_create_servers,
+    seed_servers,
+    updates_of,
+)
+from contracts import MemoryStatus
 from infra.database import drop_database, migrate, with_database_name
 from infra.settings import Settings
 
@@ -72,6 +90,8 @@ PHASES: Final = (
     "broker_limit_aiormq",
     "prepublished",
     "latency",
+    "create_throughput",
+    "create_latency",
     "cost_1m_vs_10k",
     "rss",
 )
@@ -99,6 +119,8 @@ class Config:
     big_memories: int
     latency_rate: float
     latency_seconds: float
+    create_servers: int
+    create_seeded: int
     window: int
     run_seconds: float
     phases: tuple[str, ...]
@@ -137,6 +159,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="offered calls/s of the latency run (env BENCH_LATENCY_RATE)")  # fmt: skip
     add("--latency-seconds", type=float, default=_env_float("BENCH_LATENCY_SECONDS", 15.0),
         help="length of the latency run (env BENCH_LATENCY_SECONDS)")  # fmt: skip
+    add("--create-servers", type=int, default=_env_int("BENCH_CREATE_SERVERS", 0),
+        help="servers the create tool's calls go to; 0: enough for a run's calls to fit"
+        " (env BENCH_CREATE_SERVERS)")  # fmt: skip
+    add("--create-seeded", type=int, default=_env_int("BENCH_CREATE_SEEDED", 10),
+        help="memories each of those servers holds before a run"
+        " (env BENCH_CREATE_SEEDED)")  # fmt: skip
     add("--window", type=int, default=_env_int("BENCH_WINDOW", 256),
         help="outstanding publisher confirms of the bench's publishers")  # fmt: skip
     add("--run-seconds", type=float, default=_env_float("BENCH_RUN_SECONDS", 45.0),
@@ -159,11 +187,22 @@ def parse_args(argv: list[str] | None = None) -> Config:
         big_memories=args.big_memories,
         latency_rate=args.latency_rate,
         latency_seconds=args.latency_seconds,
+        create_servers=args.create_servers or _create_servers_for(args),
+        create_seeded=args.create_seeded,
         window=args.window,
         run_seconds=args.run_seconds,
         phases=tuple(name.strip() for name in args.phases.split(",") if name.strip()),
         output=args.output,
     )
+
+
+def _create_servers_for(args: argparse.Namespace) -> int:
+    """Enough servers that the most calls of a run (and its warm-up) leave every one of them
+    under the create tool's limit (LTM_MAX_SERVER_MEMORIES, 25 by default), with room to
+    spare."""
+    room = max(1, Settings().max_server_memories - int(args.create_seeded) - 3)
+    most = max(int(args.calls), round(args.latency_rate * args.latency_seconds)) + args.warmup
+    return max(10, -(-int(most) // room))
 
 
 def _say(text: str) -> None:
@@ -227,7 +266,7 @@ async def _start_worker(bench: Bench, name: str, database_url: str | None = None
 async def _answered_by(
     bench: Bench,
     config: Config,
-    targets: Sequence[Target],
+    calls: CallMaker,
     consumer: Child,
     *,
     prepublished: bool,
@@ -237,7 +276,7 @@ async def _answered_by(
     return await throughput_run(
         bench,
         consumer.name.replace("-", ""),
-        targets,
+        calls,
         calls=config.calls,
         warmup=0 if prepublished else config.warmup,
         timeout=_timeout(config.calls),
@@ -250,7 +289,7 @@ async def _answered_by(
 async def _worker_run(
     bench: Bench,
     config: Config,
-    targets: Sequence[Target],
+    calls: CallMaker,
     name: str,
     *,
     prepublished: bool,
@@ -263,7 +302,7 @@ async def _worker_run(
         worker = await _start_worker(bench, name, database_url)
     try:
         figure = await _answered_by(
-            bench, config, targets, worker, prepublished=prepublished, database_url=database_url
+            bench, config, calls, worker, prepublished=prepublished, database_url=database_url
         )
         return figure, worker.peak_rss_mb()
     finally:
@@ -274,14 +313,16 @@ async def _broker_loop(
     bench: Bench,
     config: Config,
     sample_path: Path,
-    targets: Sequence[Target],
+    calls: CallMaker,
     *,
     publish: str,
     prepublished: bool,
+    label: str = "",
 ) -> RunFigure:
-    """The broker-limit loop, driven and counted exactly as the worker is in the same mode."""
+    """The broker-limit loop, driven and counted exactly as the worker is in the same mode,
+    publishing the events of the sample at `sample_path`."""
     services = bench.services
-    name = f"broker-{publish}" + ("-prepub" if prepublished else "")
+    name = f"broker{label}-{publish}" + ("-prepub" if prepublished else "")
     ready = bench.workdir / f"{name}.ready"
     loop = bench.child(
         name,
@@ -304,7 +345,7 @@ async def _broker_loop(
         if not prepublished:
             loop.start()
             await loop.wait_file(ready)
-        return await _answered_by(bench, config, targets, loop, prepublished=prepublished)
+        return await _answered_by(bench, config, calls, loop, prepublished=prepublished)
     finally:
         await loop.terminate()
 
@@ -373,13 +414,24 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         _say(f"seeded {config.memories} memories over {config.servers} servers in {seeded:.1f}s")
         most = max(config.calls, config.peer_calls, config.memories)
         targets = await pick_targets(url, most, seed=1)
+        updates = updates_of(targets)
+        creations: CallMaker | None = None
+        if phases.wanted("create_throughput") or phases.wanted("create_latency"):
+            await seed_create_servers(
+                url, config.create_servers, memories_each=config.create_seeded
+            )
+            creations = creations_of(await pick_create_targets(url))
+            _say(
+                f"seeded {config.create_servers} servers for creations,"
+                f" {config.create_seeded} memories each"
+            )
 
         sample: Sample | None = None
         sample_path = workdir / "sample.json"
         async with phases.phase("sample"):
             sampler = await _start_worker(bench, "worker-sample")
             try:
-                sample = await capture(connection, services.topology, url, targets[0])
+                sample = await capture(connection, services.topology, url, updates)
             finally:
                 await sampler.terminate()
             details["events_per_call"] = len(sample.events)
@@ -439,7 +491,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     figure = await throughput_run(
                         bench,
                         "peer",
-                        targets,
+                        updates,
                         calls=config.peer_calls,
                         warmup=config.warmup,
                         timeout=_timeout(config.peer_calls),
@@ -454,7 +506,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         rss: list[float] = []
 
         def fresh_workers(
-            label: str, run_targets: Sequence[Target], database_url: str | None = None
+            label: str, run_calls: CallMaker, database_url: str | None = None
         ) -> Contender:
             """A contender of `_paired_rounds`: a fresh worker each round, its peak RSS kept."""
 
@@ -462,7 +514,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 figure, peak = await _worker_run(
                     bench,
                     config,
-                    run_targets,
+                    run_calls,
                     f"worker-{label}-{number}",
                     prepublished=False,
                     database_url=database_url,
@@ -478,12 +530,12 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
                 async def loop_run(number: int) -> RunFigure:
                     return await _broker_loop(
-                        bench, config, sample_path, targets, publish="aio-pika", prepublished=False
+                        bench, config, sample_path, updates, publish="aio-pika", prepublished=False
                     )
 
                 rounds = await _paired_rounds(
                     config.rounds,
-                    ("worker", fresh_workers("paired", targets)),
+                    ("worker", fresh_workers("paired", updates)),
                     ("broker_limit", loop_run),
                     lambda run: f"({run['worker'].failures} not updated)",
                 )
@@ -498,7 +550,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             async with phases.phase("broker_limit_aiormq"):
                 assert sample is not None, "no sample events"
                 figure = await _broker_loop(
-                    bench, config, sample_path, targets, publish="aiormq", prepublished=False
+                    bench, config, sample_path, updates, publish="aiormq", prepublished=False
                 )
                 details["broker_limit_aiormq"] = figure.as_dict()
                 results["broker_limit_aiormq_tps"] = round(figure.tps, 1)
@@ -508,12 +560,12 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             async with phases.phase("prepublished"):
                 assert sample is not None, "no sample events"
                 figure = await _broker_loop(
-                    bench, config, sample_path, targets, publish="aio-pika", prepublished=True
+                    bench, config, sample_path, updates, publish="aio-pika", prepublished=True
                 )
                 details["broker_limit_prepublished"] = figure.as_dict()
                 results["broker_limit_prepublished_tps"] = round(figure.tps, 1)
                 figure, peak = await _worker_run(
-                    bench, config, targets, "worker-prepublished", prepublished=True
+                    bench, config, updates, "worker-prepublished", prepublished=True
                 )
                 rss.append(peak)
                 details["throughput_prepublished"] = figure.as_dict()
@@ -528,7 +580,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 worker = await _start_worker(bench, "worker-latency")
                 latency = await latency_run(
                     bench,
-                    targets,
+                    updates,
                     rate=config.latency_rate,
                     seconds=config.latency_seconds,
                     warmup=config.warmup,
@@ -543,6 +595,74 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
                     f"(after {latency.settled.waited_s:.1f}s settling"
                     f"{'' if latency.settled.quiet else ', never quiet'})"
+                )
+                rss.append(worker.peak_rss_mb())
+                await worker.terminate()
+
+        if phases.wanted("create_throughput"):
+            async with phases.phase("create_throughput"):
+                assert creations is not None
+                sampler = await _start_worker(bench, "worker-sample-create")
+                try:
+                    create_sample = await capture(
+                        connection,
+                        services.topology,
+                        url,
+                        creations,
+                        expected=MemoryStatus.SAVED,
+                        tool_call_id="sample-create:0",
+                    )
+                finally:
+                    await sampler.terminate()
+                create_sample_path = workdir / "sample-create.json"
+                create_sample_path.write_bytes(create_sample.to_json())
+                details["create_event_sizes"] = create_sample.sizes()
+                calls_made = creations
+
+                async def create_loop_run(number: int) -> RunFigure:
+                    return await _broker_loop(
+                        bench,
+                        config,
+                        create_sample_path,
+                        calls_made,
+                        publish="aio-pika",
+                        prepublished=False,
+                        label="-create",
+                    )
+
+                rounds = await _paired_rounds(
+                    config.rounds,
+                    ("worker", fresh_workers("create", creations)),
+                    ("broker_limit", create_loop_run),
+                    lambda run: f"({run['worker'].failures} not saved)",
+                )
+                details["create_throughput_rounds"] = rounds
+                results["create_broker_limit_tps"] = round(
+                    median(r["broker_limit"]["tps"] for r in rounds), 1
+                )
+                results["create_throughput"] = round(median(r["worker"]["tps"] for r in rounds), 1)
+                results["create_ratio_vs_broker"] = round(median(r["ratio"] for r in rounds), 3)
+
+        if phases.wanted("create_latency"):
+            async with phases.phase("create_latency"):
+                assert creations is not None
+                worker = await _start_worker(bench, "worker-latency-create")
+                latency = await latency_run(
+                    bench,
+                    creations,
+                    rate=config.latency_rate,
+                    seconds=config.latency_seconds,
+                    warmup=config.warmup,
+                    timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
+                )
+                details["create_latency"] = latency.as_dict()
+                results["create_p50_ms"] = round(latency.p50_ms, 2)
+                results["create_p95_ms"] = round(latency.p95_ms, 2)
+                results["create_p99_ms"] = round(latency.p99_ms, 2)
+                _say(
+                    f"  creations at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
+                    f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
+                    f"({latency.failures} not saved)"
                 )
                 rss.append(worker.peak_rss_mb())
                 await worker.terminate()
@@ -562,8 +682,8 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     # Calls per second with 10k over those with 1M: time per call, 1M over 10k.
                     cost_rounds = await _paired_rounds(
                         config.rounds,
-                        ("small", fresh_workers("small", targets, url)),
-                        ("big", fresh_workers("big", big_targets, big_url)),
+                        ("small", fresh_workers("small", updates, url)),
+                        ("big", fresh_workers("big", updates_of(big_targets), big_url)),
                     )
                 finally:
                     await asyncio.to_thread(drop_database, big_url)
@@ -628,6 +748,18 @@ _TARGETS: tuple[tuple[str, str, Callable[[dict[str, Any]], bool | None]], ...] =
         "p99_ms",
         "p99 <= 15 ms at 200 calls/s",
         lambda r: None if r.get("p99_ms") is None else r["p99_ms"] <= 15.0,
+    ),
+    (
+        "create_ratio_vs_broker",
+        "creations >= 0.75 x their broker limit",
+        lambda r: (
+            None if r.get("create_ratio_vs_broker") is None else r["create_ratio_vs_broker"] >= 0.75
+        ),
+    ),
+    (
+        "create_p99_ms",
+        "creations' p99 <= 15 ms at 200 calls/s",
+        lambda r: None if r.get("create_p99_ms") is None else r["create_p99_ms"] <= 15.0,
     ),
     (
         "rss_mb",
@@ -722,6 +854,27 @@ def render_table(results: dict[str, Any]) -> str:
         ("p50_ms", _fmt(results.get("p50_ms"), " ms"), "", ""),
         ("p95_ms", _fmt(results.get("p95_ms"), " ms"), "", ""),
         ("p99_ms", _fmt(results.get("p99_ms"), " ms"), target("p99_ms"), verdict("p99_ms")),
+        (
+            "create_broker_limit_tps (loop, a creation's events)",
+            _fmt(results.get("create_broker_limit_tps"), " /s"),
+            "",
+            "",
+        ),
+        ("create_throughput (worker)", _fmt(results.get("create_throughput"), " /s"), "", ""),
+        (
+            "create_ratio_vs_broker",
+            _fmt(results.get("create_ratio_vs_broker")),
+            target("create_ratio_vs_broker"),
+            verdict("create_ratio_vs_broker"),
+        ),
+        ("create_p50_ms", _fmt(results.get("create_p50_ms"), " ms"), "", ""),
+        ("create_p95_ms", _fmt(results.get("create_p95_ms"), " ms"), "", ""),
+        (
+            "create_p99_ms",
+            _fmt(results.get("create_p99_ms"), " ms"),
+            target("create_p99_ms"),
+            verdict("create_p99_ms"),
+        ),
         ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
         (
             "cost_1m_vs_10k",

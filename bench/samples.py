@@ -18,8 +18,8 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from pamqp.commands import Basic
 
 from bench.amqp import CallPublisher, outgoing_call
-from bench.world import Target, content_for, events_queued_for, tool_call
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, Topology
+from bench.world import CallMaker, events_queued_for
+from contracts import CONTENT_TYPE, SCHEMA_VERSION, MemoryStatus, Topology
 from tests.support.waiting import eventually
 from worker.adapters.broker import event_properties
 
@@ -37,7 +37,8 @@ class SampleEvent:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """What one successful server-memory update emits, and the result the inbox stores."""
+    """What one successful call (a server memory's update, or creation) emits, and the result
+    the inbox stores."""
 
     events: tuple[SampleEvent, ...]
     status: str
@@ -91,16 +92,18 @@ async def capture(
     connection: AbstractConnection,
     topology: Topology,
     database_url: str,
-    target: Target,
+    calls: CallMaker,
     *,
+    expected: MemoryStatus = MemoryStatus.UPDATED,
+    tool_call_id: str = "sample:0",
     timeout: float = 30.0,
 ) -> Sample:
-    """Publishes one real call and keeps what the worker emits for it.
+    """Publishes one real call (the first `calls` makes) and keeps what the worker emits for it;
+    its answer must be `expected`.
 
     The result comes after the commit, which queued every event of the call in the outbox:
     from then on their number is known, and the capture waits until it has them all.
     """
-    tool_call_id = "sample:0"
     channel = await connection.channel()
     events = await channel.get_exchange(topology.events_exchange, ensure=False)
     queue = await channel.declare_queue(
@@ -114,13 +117,14 @@ async def capture(
             seen.append(message)
 
     await queue.consume(keep, no_ack=True)
-    call = tool_call(target, tool_call_id, content_for(0))
+    call = calls(tool_call_id, 0)
     publisher = await CallPublisher.open(connection, topology)
     await publisher.publish(
         outgoing_call(
             call.model_dump_json().encode(),
             message_id=str(call.event_id),
             correlation_id=tool_call_id,
+            tool_name=call.tool_name,
         )
     )
     queued: list[int] = []  # known once the result is in
@@ -137,8 +141,8 @@ async def capture(
     await publisher.close()
     [result] = [m for m in seen if m.type == "tool_call.completed"]
     answer = orjson.loads(result.body)
-    if answer.get("status") != "memory_updated_successfully":
-        raise RuntimeError(f"the sample call did not update its memory: {answer}")
+    if answer.get("status") != expected.value:
+        raise RuntimeError(f"the sample call was not answered {expected.value}: {answer}")
     return Sample(
         events=tuple(_event(message) for message in seen),
         status=answer["status"],

@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 from aio_pika.abc import AbstractConnection
 
-from bench.amqp import CallPublisher, ResultCounter, Tally, outgoing_call
+from bench.amqp import CallPublisher, OutgoingCall, ResultCounter, Tally, outgoing_call
 from bench.machine import Settled, settle
 from bench.processes import Child
 from bench.services import BenchServices
-from bench.world import Target, call_line, content_for, reset_calls, tool_call
+from bench.world import CallMaker, call_line, reset_calls
 
 __all__ = [
     "Bench",
@@ -125,26 +125,33 @@ def last_json_line(text: str) -> dict[str, Any]:
     raise RuntimeError(f"no JSON report in:\n{text[-2000:]}")
 
 
-def _messages(run: str, targets: Sequence[Target], count: int) -> list[tuple[str, bytes, str]]:
-    """(tool_call_id, body, message_id) of `count` calls of a run, over the targets in turn."""
+def _messages(run: str, calls: CallMaker, count: int) -> list[tuple[str, OutgoingCall]]:
+    """(tool_call_id, the call ready to publish) of `count` calls of a run."""
     out = []
     for i in range(count):
-        call = tool_call(targets[i % len(targets)], f"{run}:{i}", content_for(i))
-        out.append((call.tool_call_id, call.model_dump_json().encode(), str(call.event_id)))
+        call = calls(f"{run}:{i}", i)
+        out.append(
+            (
+                call.tool_call_id,
+                outgoing_call(
+                    call.model_dump_json().encode(),
+                    message_id=str(call.event_id),
+                    correlation_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                ),
+            )
+        )
     return out
 
 
-async def warm_up(bench: Bench, targets: Sequence[Target], count: int, timeout: float) -> None:
+async def warm_up(bench: Bench, calls: CallMaker, count: int, timeout: float) -> None:
     """`count` calls published from here, waited for: connections, caches and plans warm."""
     if count <= 0:
         return
     run = bench.run_name("warm")
     tally = bench.counter.expect(run, count)
-    calls = [
-        outgoing_call(body, message_id=message_id, correlation_id=tool_call_id)
-        for tool_call_id, body, message_id in _messages(run, targets, count)
-    ]
-    await bench.tool_calls.publish_window(calls, window=bench.window)
+    messages = [message for _, message in _messages(run, calls, count)]
+    await bench.tool_calls.publish_window(messages, window=bench.window)
     if not await tally.wait(timeout):
         raise RuntimeError(f"warm-up: {tally.count} of {count} results within {timeout}s")
     bench.counter.forget(run)
@@ -153,7 +160,7 @@ async def warm_up(bench: Bench, targets: Sequence[Target], count: int, timeout: 
 async def throughput_run(
     bench: Bench,
     base: str,
-    targets: Sequence[Target],
+    make_calls: CallMaker,
     *,
     calls: int,
     warmup: int,
@@ -171,15 +178,10 @@ async def throughput_run(
     """
     await reset_calls(database_url or bench.services.database_url)
     if not prepublished:
-        await warm_up(bench, targets, warmup, timeout)
+        await warm_up(bench, make_calls, warmup, timeout)
     run = bench.run_name(base)
     path = bench.workdir / f"{run}.jsonl"
-    path.write_bytes(
-        b"\n".join(
-            call_line(tool_call(targets[i % len(targets)], f"{run}:{i}", content_for(i)))
-            for i in range(calls)
-        )
-    )
+    path.write_bytes(b"\n".join(call_line(make_calls(f"{run}:{i}", i)) for i in range(calls)))
     tally = bench.counter.expect(run, calls)
     publisher = bench.child(
         f"{run}-publisher",
@@ -255,7 +257,7 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 async def latency_run(
     bench: Bench,
-    targets: Sequence[Target],
+    calls: CallMaker,
     *,
     rate: float,
     seconds: float,
@@ -264,15 +266,12 @@ async def latency_run(
 ) -> LatencyFigure:
     """Publish-to-result latency at a fixed offered rate, both timestamps taken here."""
     await reset_calls(bench.services.database_url)
-    await warm_up(bench, targets, warmup, timeout)
+    await warm_up(bench, calls, warmup, timeout)
     # A rate is measured on a quiet machine, not on the previous phase's aftermath.
     settled = await settle()
     run = bench.run_name("latency")
     count = max(1, round(rate * seconds))
-    prepared = [
-        (tool_call_id, outgoing_call(body, message_id=message_id, correlation_id=tool_call_id))
-        for tool_call_id, body, message_id in _messages(run, targets, count)
-    ]
+    prepared = _messages(run, calls, count)
     tally = bench.counter.expect(run, count)
     sent: dict[str, float] = {}
     tasks: list[asyncio.Task[Any]] = []

@@ -1,14 +1,17 @@
-"""Seeding the bench database fast, and the tool calls that update its memories.
+"""Seeding the bench database fast, and the tool calls that update its memories or create new
+ones.
 
 Servers, one persona each, and server memories spread over them are written with
 `INSERT ... SELECT generate_series` statements, so that a million memories take seconds.
-Every call the bench publishes is a real `ToolCallRequested` that updates one of them.
+Every call the bench publishes is a real `ToolCallRequested`: an update of one of those
+memories, or a creation in a server of its own, whose scope has room (servers kept apart for
+the create tool, each holding a few memories, below the limit, as a server in use would).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -16,6 +19,7 @@ import orjson
 import psycopg
 
 from contracts import (
+    CREATE_LONG_TERM_MEMORY,
     UPDATE_LONG_TERM_MEMORY,
     Participant,
     ToolCallContext,
@@ -24,21 +28,34 @@ from contracts import (
 
 __all__ = [
     "BOT_USER_ID",
+    "CREATE_SERVERS_FROM",
+    "CallMaker",
+    "CreateTarget",
     "Target",
     "call_line",
     "content_for",
+    "create_call",
+    "creations_of",
     "grow_memories",
     "memory_count",
+    "pick_create_targets",
     "pick_targets",
     "reset_calls",
+    "seed_create_servers",
     "seed_servers",
     "tool_call",
+    "updates_of",
 ]
 
 BOT_USER_ID: Final = "100000000000000001"
 _TRIGGERER: Final = "210987654321098765"
 _FRIEND: Final = "310987654321098765"
 _CHANNEL: Final = "410987654321098765"
+
+
+# The servers kept for the create tool's calls have guild ids from here on (the others' below).
+CREATE_SERVERS_FROM: Final = 600_000_000_000_000_000
+_CREATED_PREFIX: Final = "New fact "
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +65,18 @@ class Target:
     memory_id: int
     guild_id: str
     persona_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTarget:
+    """A server whose scope a creation goes to: its guild id and persona."""
+
+    guild_id: str
+    persona_id: int
+
+
+# A run's call number `number`, under `tool_call_id`.
+CallMaker = Callable[[str, int], ToolCallRequested]
 
 
 async def _execute(url: str, sql: str, params: Sequence[object] = ()) -> None:
@@ -68,6 +97,49 @@ async def seed_servers(url: str, servers: int) -> None:
         "INSERT INTO personas (server_id, persona_lineage_id, nickname)"
         " SELECT server_id, 1000 + server_id, 'Tomori' FROM servers ORDER BY server_id",
     )
+
+
+async def seed_create_servers(url: str, servers: int, *, memories_each: int) -> None:
+    """`servers` guilds for the create tool, one persona each, holding `memories_each` server
+    memories (below the limit, so that the creations of a run fit)."""
+    await _execute(
+        url,
+        "INSERT INTO servers (server_disc_id)"
+        " SELECT (%s + g)::text FROM generate_series(1, %s) AS g",
+        (CREATE_SERVERS_FROM, servers),
+    )
+    await _execute(
+        url,
+        "INSERT INTO personas (server_id, persona_lineage_id, nickname)"
+        " SELECT server_id, 1000 + server_id, 'Tomori' FROM servers"
+        " WHERE server_disc_id >= %s ORDER BY server_id",
+        (str(CREATE_SERVERS_FROM),),
+    )
+    await _execute(
+        url,
+        "INSERT INTO server_memories (server_id, persona_id, persona_lineage_id, content)"
+        " SELECT p.server_id, p.persona_id, p.persona_lineage_id,"
+        "        'Seeded fact ' || g || ' of this server: the regulars meet on Fridays.'"
+        " FROM personas AS p JOIN servers AS s ON s.server_id = p.server_id"
+        " CROSS JOIN generate_series(1, %s) AS g"
+        " WHERE s.server_disc_id >= %s",
+        (memories_each, str(CREATE_SERVERS_FROM)),
+    )
+
+
+async def pick_create_targets(url: str) -> list[CreateTarget]:
+    """Every server kept for the create tool, in id order."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
+        cursor = await connection.execute(
+            "SELECT s.server_disc_id, p.persona_id FROM servers AS s"
+            " JOIN personas AS p ON p.server_id = s.server_id"
+            " WHERE s.server_disc_id >= %s ORDER BY s.server_id",
+            (str(CREATE_SERVERS_FROM),),
+        )
+        rows = await cursor.fetchall()
+    if not rows:
+        raise RuntimeError("no servers for the create tool: the seeding did not happen")
+    return [CreateTarget(str(row[0]), int(row[1])) for row in rows]
 
 
 async def _count(url: str, sql: str, params: Sequence[object] = ()) -> int:
@@ -135,10 +207,11 @@ async def pick_targets(url: str, count: int, *, seed: int) -> list[Target]:
             FROM server_memories AS m
             JOIN servers AS s ON s.server_id = m.server_id
             JOIN personas AS p ON p.persona_id = m.persona_id
+            WHERE s.server_disc_id < %s
             ORDER BY random()
             LIMIT %s
             """,
-            (count,),
+            (str(CREATE_SERVERS_FROM), count),
         )
         rows = await cursor.fetchall()
     if not rows:
@@ -148,8 +221,15 @@ async def pick_targets(url: str, count: int, *, seed: int) -> list[Target]:
 
 
 async def reset_calls(url: str) -> None:
-    """Empties what each call adds (inbox, outbox, revisions), so each run starts alike."""
+    """Empties what each call adds (inbox, outbox, revisions, the memories creations saved),
+    so each run starts alike."""
     await _execute(url, "TRUNCATE tool_call_inbox, outbox, memory_revisions")
+    await _execute(
+        url,
+        "DELETE FROM server_memories AS m USING servers AS s"
+        " WHERE s.server_id = m.server_id AND s.server_disc_id >= %s AND m.content LIKE %s",
+        (str(CREATE_SERVERS_FROM), _CREATED_PREFIX + "%"),
+    )
     await _execute(url, "VACUUM ANALYZE server_memories")
 
 
@@ -184,6 +264,48 @@ def tool_call(target: Target, tool_call_id: str, content: str) -> ToolCallReques
     )
 
 
+def create_call(target: CreateTarget, tool_call_id: str) -> ToolCallRequested:
+    """The call a bot shard publishes when the LLM saves a new server memory; its text (of
+    realistic length) is the call's own, so that no two calls of the bench say the same."""
+    return ToolCallRequested(
+        tool_call_id=tool_call_id,
+        tool_name=CREATE_LONG_TERM_MEMORY,
+        arguments={
+            "memory_content": (
+                f"{_CREATED_PREFIX}{tool_call_id}: {{user}} runs the quiz on the first Monday "
+                "of the month at 19:00 UTC, and posts the questions in #events the day before."
+            ),
+            "memory_scope": "server_wide",
+        },
+        context=ToolCallContext(
+            guild_id=target.guild_id,
+            channel_id=_CHANNEL,
+            triggerer_id=_TRIGGERER,
+            bot_user_id=BOT_USER_ID,
+            persona_id=target.persona_id,
+            shard_id=0,
+            participants=(
+                Participant(
+                    user_id=_TRIGGERER, display_label="Alice (@alice)", aliases=("Alice", "alice")
+                ),
+                Participant(user_id=_FRIEND, display_label="Bob (@bob)", aliases=("Bob", "bob")),
+            ),
+        ),
+    )
+
+
+def updates_of(targets: Sequence[Target]) -> CallMaker:
+    """Updates of the targets in turn, each with content of its own number."""
+    return lambda tool_call_id, number: tool_call(
+        targets[number % len(targets)], tool_call_id, content_for(number)
+    )
+
+
+def creations_of(targets: Sequence[CreateTarget]) -> CallMaker:
+    """Creations in the targets' servers in turn: consecutive calls meet no lock of another."""
+    return lambda tool_call_id, number: create_call(targets[number % len(targets)], tool_call_id)
+
+
 def call_line(call: ToolCallRequested) -> bytes:
     """One line of a publisher file: the body and the properties that differ per call."""
     return orjson.dumps(
@@ -191,5 +313,6 @@ def call_line(call: ToolCallRequested) -> bytes:
             "body": call.model_dump_json(),
             "message_id": str(call.event_id),
             "correlation_id": call.tool_call_id,
+            "tool_name": call.tool_name,
         }
     )

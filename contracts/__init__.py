@@ -1,6 +1,12 @@
 """Messages of the long-term-memory service, shared with bot shards. Depends on pydantic only."""
 
-from contracts.audit import MemoryChanged, MemoryDeleted, MemoryRestored, MemoryUpdated
+from contracts.audit import (
+    MemoryChanged,
+    MemoryCreated,
+    MemoryDeleted,
+    MemoryRestored,
+    MemoryUpdated,
+)
 from contracts.cache import CacheInvalidate, CacheName
 from contracts.codec import (
     CONTENT_TYPE,
@@ -13,6 +19,7 @@ from contracts.codec import (
     encode_event,
 )
 from contracts.embeds import (
+    CREATE_COLOR,
     DELETE_COLOR,
     UPDATE_COLOR,
     EmbedField,
@@ -42,19 +49,28 @@ from contracts.operator import (
     ReplayedCall,
     operator_routing_key,
 )
-from contracts.results import MemoryScope, ResultData, ToolCallCompleted
-from contracts.statuses import MemoryStatus
+from contracts.results import MemoryFallback, MemoryScope, ResultData, ToolCallCompleted
+from contracts.statuses import CREATE_STATUSES, UPDATE_STATUSES, MemoryStatus, ToolStatuses
 from contracts.tool_calls import (
+    CREATE_LONG_TERM_MEMORY,
+    REMEMBER_THIS_FACT,
+    TOOL_NAMES,
     UPDATE_LONG_TERM_MEMORY,
     Participant,
     ToolCallContext,
     ToolCallRequested,
 )
 from contracts.tool_declaration import (
+    CREATE_TOOL,
+    OFFERED_TOOLS,
     TOOL_DESCRIPTION,
     TOOL_PARAMETERS,
+    UPDATE_TOOL,
+    ToolDeclaration,
     gemini_function_declaration,
+    gemini_function_declarations,
     openai_tool,
+    openai_tools,
 )
 from contracts.topology import (
     DEFAULT_PREFIX,
@@ -72,16 +88,25 @@ from contracts.topology import (
 
 __all__ = [
     "CONTENT_TYPE",
+    "CREATE_COLOR",
+    "CREATE_LONG_TERM_MEMORY",
+    "CREATE_STATUSES",
+    "CREATE_TOOL",
     "DEFAULT_PREFIX",
     "DELETE_COLOR",
     "EVENT_TYPES",
     "GLOBAL_LINEAGE",
+    "OFFERED_TOOLS",
+    "REMEMBER_THIS_FACT",
     "REPLAYED_HEADER",
     "SCHEMA_VERSION",
     "TOOL_DESCRIPTION",
+    "TOOL_NAMES",
     "TOOL_PARAMETERS",
     "UPDATE_COLOR",
     "UPDATE_LONG_TERM_MEMORY",
+    "UPDATE_STATUSES",
+    "UPDATE_TOOL",
     "CacheInvalidate",
     "CacheName",
     "DeadLettersPurged",
@@ -94,7 +119,9 @@ __all__ = [
     "Event",
     "InvalidEnvelope",
     "MemoryChanged",
+    "MemoryCreated",
     "MemoryDeleted",
+    "MemoryFallback",
     "MemoryListing",
     "MemoryRestored",
     "MemoryScope",
@@ -113,6 +140,8 @@ __all__ = [
     "ToolCallContext",
     "ToolCallId",
     "ToolCallRequested",
+    "ToolDeclaration",
+    "ToolStatuses",
     "Topology",
     "UnknownPersona",
     "UnknownServer",
@@ -126,11 +155,13 @@ __all__ = [
     "embed_routing_key",
     "encode_event",
     "gemini_function_declaration",
+    "gemini_function_declarations",
     "is_matrix_id",
     "memory_line",
     "memory_lines",
     "newest_first",
     "openai_tool",
+    "openai_tools",
     "operator_routing_key",
     "result_routing_key",
     "rfc3339_utc",

@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 from typing import Any, Final
 
-from contracts.audit import MemoryDeleted, MemoryRestored, MemoryUpdated
+from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
 from contracts.codec import CONTENT_TYPE, EVENT_TYPES, REPLAYED_HEADER
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
 from contracts.operator import DeadLettersPurged, DeadLettersReplayed, operator_routing_key
 from contracts.results import ToolCallCompleted
-from contracts.tool_calls import UPDATE_LONG_TERM_MEMORY, ToolCallRequested
+from contracts.tool_calls import TOOL_NAMES, ToolCallRequested
 from contracts.topology import (
     DEFAULT_PREFIX,
     Topology,
@@ -44,7 +44,7 @@ _MESSAGES: Final = "#/components/messages/"
 _MESSAGE_NAMES: Final[dict[type[Event], str]] = {
     model: model.__name__ for model in EVENT_TYPES.values()
 }
-_AUDIT_MODELS: Final = (MemoryUpdated, MemoryDeleted, MemoryRestored)
+_AUDIT_MODELS: Final = (MemoryCreated, MemoryUpdated, MemoryDeleted, MemoryRestored)
 _OPERATOR_MODELS: Final = (DeadLettersReplayed, DeadLettersPurged)
 # Everything the worker emits on the events exchange (all but the bots' tool calls).
 _EMITTED_MODELS: Final = tuple(
@@ -56,6 +56,7 @@ _SUMMARIES: Final[dict[type[Event], str]] = {
     ToolCallCompleted: "The worker's answer to one tool call, routed to the shard that asked.",
     EmbedRequested: "A notice the shard posts in the channel after a committed change.",
     CacheInvalidate: "Every gateway process drops one cache entry.",
+    MemoryCreated: "Audit: a memory was saved by the create tool.",
     MemoryUpdated: "Audit: a memory's content was replaced.",
     MemoryDeleted: "Audit: a memory was deleted.",
     MemoryRestored: "Audit: a memory was put back as it was before a revision.",
@@ -190,12 +191,17 @@ def _queue_channel(
 
 def _channels(topology: Topology) -> dict[str, Any]:
     shard = {"shardId": {"description": "The bot shard's number (context.shard_id), >= 0."}}
+    tool_name = {"toolName": {"enum": list(TOOL_NAMES), "description": "The tool's name."}}
     dead_letters = {"DeadLetteredToolCall": _ref(_MESSAGES + "DeadLetteredToolCall")}
     return {
         "toolCallRequested": {
-            "address": UPDATE_LONG_TERM_MEMORY,
-            "description": "Tool calls, routed by tool name.",
+            "address": "{toolName}",
+            "description": (
+                "Tool calls, routed by tool name (`remember_this_fact` is the old name of "
+                "`create_long_term_memory`)."
+            ),
             "messages": _messages_of(ToolCallRequested),
+            "parameters": tool_name,
             "bindings": _exchange_binding(topology.tool_calls_exchange),
         },
         "toolCallCompleted": {
@@ -227,7 +233,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "description": "The audit trail of every change.",
             "messages": _messages_of(*_AUDIT_MODELS),
             "parameters": {
-                "action": {"enum": ["updated", "deleted", "restored"]},
+                "action": {"enum": ["created", "updated", "deleted", "restored"]},
                 "scope": {"enum": ["server_wide", "target_user"]},
             },
             "bindings": _exchange_binding(topology.events_exchange),
@@ -248,7 +254,7 @@ def _channels(topology: Topology) -> dict[str, Any]:
                 "delivery limit, adding x-death."
             ),
             "messages": dead_letters,
-            "parameters": {"toolName": {"enum": [UPDATE_LONG_TERM_MEMORY]}},
+            "parameters": tool_name,
             "bindings": _exchange_binding(topology.dead_letter_exchange),
         },
         "workerQueue": _queue_channel(
@@ -258,7 +264,8 @@ def _channels(topology: Topology) -> dict[str, Any]:
             _messages_of(ToolCallRequested),
             arguments=worker_queue_arguments(topology),
             bound=[
-                {"exchange": topology.tool_calls_exchange, "routingKey": UPDATE_LONG_TERM_MEMORY}
+                {"exchange": topology.tool_calls_exchange, "routingKey": name}
+                for name in TOOL_NAMES
             ],
         ),
         "deadLetterQueue": _queue_channel(

@@ -1,4 +1,5 @@
-"""`memory.updated` / `memory.deleted` / `memory.restored`: the audit trail of every change."""
+"""`memory.created` / `memory.updated` / `memory.deleted` / `memory.restored`: the audit trail of
+every change."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contracts.envelope import Event
 from contracts.ids import DiscordId, ToolCallId
 from contracts.results import MemoryScope
 
-__all__ = ["MemoryChanged", "MemoryDeleted", "MemoryRestored", "MemoryUpdated"]
+__all__ = ["MemoryChanged", "MemoryCreated", "MemoryDeleted", "MemoryRestored", "MemoryUpdated"]
 
 
 class MemoryChanged(Event):
@@ -24,8 +25,13 @@ class MemoryChanged(Event):
     actor_id: str
     persona_id: int | None
     persona_lineage_id: int
-    content_before: str
-    content_after: str | None
+    content_before: str  # "" for a memory that did not exist
+    content_after: str | None  # None for a memory that no longer exists
+
+
+class MemoryCreated(MemoryChanged):
+    EVENT_TYPE: ClassVar[str] = "memory.created"
+    event_type: Literal["memory.created"] = "memory.created"
 
 
 class MemoryUpdated(MemoryChanged):

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.audit import MemoryDeleted, MemoryRestored, MemoryUpdated
+from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
@@ -38,6 +38,7 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         ToolCallCompleted,
         EmbedRequested,
         CacheInvalidate,
+        MemoryCreated,
         MemoryUpdated,
         MemoryDeleted,
         MemoryRestored,

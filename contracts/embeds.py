@@ -10,6 +10,7 @@ from contracts.envelope import Event
 from contracts.ids import DiscordId, ToolCallId
 
 __all__ = [
+    "CREATE_COLOR",
     "DELETE_COLOR",
     "DESCRIPTION_LIMIT",
     "FIELD_COUNT_LIMIT",
@@ -25,6 +26,7 @@ __all__ = [
     "EmbedRequested",
 ]
 
+CREATE_COLOR = 0x2ECC71
 UPDATE_COLOR = 0x25D4DA
 DELETE_COLOR = 0xE74C3C
 
@@ -38,7 +40,7 @@ FIELD_COUNT_LIMIT: Final = 25
 FOOTER_LIMIT: Final = 2048
 TOTAL_LIMIT: Final = 6000
 
-EmbedKind = Literal["memory_updated", "memory_deleted"]
+EmbedKind = Literal["memory_created", "memory_updated", "memory_deleted"]
 
 
 class EmbedField(BaseModel):

@@ -10,9 +10,12 @@ from contracts.envelope import Event
 from contracts.ids import DiscordId, ToolCallId
 from contracts.statuses import MemoryStatus
 
-__all__ = ["MemoryScope", "ResultData", "ToolCallCompleted"]
+__all__ = ["MemoryFallback", "MemoryScope", "ResultData", "ToolCallCompleted"]
 
 MemoryScope = Literal["server_wide", "target_user"]
+# Why a memory about a person was saved server-wide: the person is a bot (or the bot itself),
+# or a bridged user, who has only server memories.
+MemoryFallback = Literal["bot", "bridge_user"]
 
 
 class ResultData(BaseModel):
@@ -26,6 +29,9 @@ class ResultData(BaseModel):
     content_deleted: str | None = None
     target_user: str | None = None
     candidates: tuple[str, ...] | None = None
+    fallback: MemoryFallback | None = None
+    current_count: int | None = None
+    max_allowed: int | None = None
     # Why a failure happened, where its status alone does not say (`tool_call_id_reused`).
     reason: str | None = None
 

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt
 
 from contracts.envelope import Event
 from contracts.ids import DiscordId, ParticipantId, ToolCallId
 
-__all__ = ["UPDATE_LONG_TERM_MEMORY", "Participant", "ToolCallContext", "ToolCallRequested"]
+__all__ = [
+    "CREATE_LONG_TERM_MEMORY",
+    "REMEMBER_THIS_FACT",
+    "TOOL_NAMES",
+    "UPDATE_LONG_TERM_MEMORY",
+    "Participant",
+    "ToolCallContext",
+    "ToolCallRequested",
+]
 
-UPDATE_LONG_TERM_MEMORY = "update_long_term_memory"
+UPDATE_LONG_TERM_MEMORY: Final = "update_long_term_memory"
+CREATE_LONG_TERM_MEMORY: Final = "create_long_term_memory"
+# The create tool's name in bots written before it was renamed: the same tool.
+REMEMBER_THIS_FACT: Final = "remember_this_fact"
+
+# Every tool name the worker takes: each is a routing key bound to the worker's queue.
+TOOL_NAMES: Final = (UPDATE_LONG_TERM_MEMORY, CREATE_LONG_TERM_MEMORY, REMEMBER_THIS_FACT)
 
 
 class Participant(BaseModel):

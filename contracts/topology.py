@@ -47,7 +47,7 @@ def cache_routing_key(cache: str, key: str) -> str:
 
 
 def audit_routing_key(action: str, scope: str) -> str:
-    """`memory.<updated|deleted|restored>.<server_wide|target_user>`."""
+    """`memory.<created|updated|deleted|restored>.<server_wide|target_user>`."""
     return f"memory.{action}.{scope}"
 
 

@@ -1,6 +1,7 @@
 -- A small server to try the worker on. `make run` loads it on every run, and each load puts
 -- the demo back as the README shows it: memory ID:24 of the server and ID:25, Alice's
--- personal memory, as first written, with no revisions, and no idempotency record of the
+-- personal memory, as first written, with no revisions, no other memory of the demo server
+-- or its two people (what the create examples saved), and no idempotency record of the
 -- example calls (`demo-call-…`), which would otherwise answer their old result and change
 -- nothing. Only the demo's own rows are touched: a memory 24 or 25 of another server or
 -- user stays as it is.
@@ -44,17 +45,35 @@ INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, 
         tags = '{}', updated_at = now()
     WHERE personal_memories.user_id = EXCLUDED.user_id;
 
+-- What the create examples saved (the demo server's memories of the persona, and Bob's and
+-- Alice's personal memories, besides ID:24 and ID:25).
+DELETE FROM server_memories
+    WHERE server_id = 900001 AND persona_lineage_id = 7 AND server_memory_id <> 24;
+DELETE FROM personal_memories
+    WHERE user_id IN (900001, 900002) AND persona_lineage_id IN (7, 0)
+      AND personal_memory_id <> 25;
+
 -- The revisions are append-only (a trigger refuses deletes). The trigger is off only inside
--- this transaction, which no other session sees it in, to delete the demo memories' history.
+-- this transaction, which no other session sees it in, to delete the demo memories' history:
+-- every change made in the demo server (a personal memory's too names the server it was
+-- made in).
 ALTER TABLE memory_revisions DISABLE TRIGGER memory_revisions_append_only;
 DELETE FROM memory_revisions
-    WHERE (memory_id = 24 AND scope = 'server_wide' AND server_id = 900001)
+    WHERE server_id = 900001
        OR (memory_id = 25 AND scope = 'target_user' AND owner_user_id = 900002);
 ALTER TABLE memory_revisions ENABLE TRIGGER memory_revisions_append_only;
 
 DELETE FROM tool_call_inbox WHERE tool_call_id LIKE 'demo-call-%';
 
--- Keep the shared id sequence ahead of the ids above.
-SELECT setval('memory_id_seq', greatest((SELECT last_value FROM memory_id_seq), 1000));
+-- The shared id sequence just past every id a memory or a revision still names (at least
+-- 1000), so that the README's walk-through saves ID:1001 again: an id still in use or in
+-- some history is never given out twice. Revision numbers likewise.
+SELECT setval('memory_id_seq', greatest(
+    (SELECT max(server_memory_id) FROM server_memories),
+    (SELECT max(personal_memory_id) FROM personal_memories),
+    (SELECT max(memory_id) FROM memory_revisions),
+    1000));
+SELECT setval(pg_get_serial_sequence('memory_revisions', 'revision_id'),
+              coalesce((SELECT max(revision_id) FROM memory_revisions), 0) + 1, false);
 
 COMMIT;

@@ -107,7 +107,8 @@ def main() -> int:
     )
     print(
         "\nworker and console gateway running; in another terminal try:\n"
-        "  .venv/bin/ltm call --json examples/first_call.json\n"
+        "  .venv/bin/ltm call examples/create_server_call.json\n"
+        "  .venv/bin/ltm call examples/first_call.json\n"
         "Ctrl-C stops both.\n",
         file=sys.stderr,
     )

@@ -17,6 +17,10 @@ class Settings(BaseSettings):
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
     amqp_prefix: str = DEFAULT_PREFIX
     max_memory_length: int = Field(default=1000, ge=1)
+    # How many memories the create tool lets a scope hold: a server's of one persona lineage,
+    # or a person's of one lineage and the global one (lineage 0) together.
+    max_server_memories: int = Field(default=25, ge=1)
+    max_personal_memories: int = Field(default=25, ge=1)
     shard_count: int = Field(default=1, ge=1)
     db_retry_seconds: float = Field(default=10.0, ge=0)
     # A worker's transactions hold row locks for milliseconds: a longer wait is a lock held

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
 from contracts import (
-    UPDATE_LONG_TERM_MEMORY,
+    TOOL_NAMES,
     Topology,
     audit_stream_arguments,
     dead_letter_queue_arguments,
@@ -20,14 +19,11 @@ from contracts import (
 )
 
 __all__ = [
-    "SUPPORTED_TOOLS",
     "declare_cache_queue",
     "declare_events_exchange",
     "declare_shard_queue",
     "declare_topology",
 ]
-
-SUPPORTED_TOOLS: Final = (UPDATE_LONG_TERM_MEMORY,)
 
 
 async def declare_topology(
@@ -44,8 +40,8 @@ async def declare_topology(
     worker = await channel.declare_queue(
         topology.worker_queue, durable=True, arguments=worker_queue_arguments(topology)
     )
-    for tool in SUPPORTED_TOOLS:
-        await worker.bind(tool_calls, routing_key=tool)
+    for tool_name in TOOL_NAMES:
+        await worker.bind(tool_calls, routing_key=tool_name)
     dead = await channel.declare_queue(
         topology.dead_letter_queue, durable=True, arguments=dead_letter_queue_arguments()
     )

@@ -1,1 +1,1 @@
-"""The worker: runs `update_long_term_memory` tool calls against PostgreSQL, from RabbitMQ."""
+"""The worker: runs the memory tools' calls (`worker.tools`) against PostgreSQL, from RabbitMQ."""

@@ -33,8 +33,6 @@ from tenacity import (
 
 from contracts import (
     InvalidEnvelope,
-    MemoryStatus,
-    ResultData,
     ToolCallRequested,
     Topology,
     decode_tool_call,
@@ -44,15 +42,17 @@ from contracts import (
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.settings import Settings
-from infra.topology import SUPPORTED_TOOLS, declare_topology
+from infra.topology import declare_topology
 from worker import failpoints
 from worker.adapters.broker import EventPublisher, ShardQueues, dead_letter_ids
 from worker.adapters.database import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxRow, OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
-from worker.core import messages
-from worker.service import Processed, answer, process_tool_calls
+from worker.core.model import Rejection
+from worker.service import Processed, process_tool_calls
+from worker.tools.base import answer
+from worker.tools.registry import pipeline_for
 
 __all__ = ["Worker", "is_transient"]
 
@@ -261,10 +261,11 @@ class Worker:
         # Bound until the delivery's task ends (each has a context of its own), so that the
         # caller's lines about this call carry its id too.
         structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
-        if call.tool_name not in SUPPORTED_TOOLS:
+        tool = pipeline_for(call.tool_name)
+        if tool is None:
             await self._dead_letter(
                 message,
-                f"unsupported tool {call.tool_name!r}",
+                f"unsupported tool {call.tool_name!r}: no pipeline of this worker takes it",
                 cause="unsupported_tool",
                 delivered_at=delivered_at,
             )
@@ -272,21 +273,16 @@ class Worker:
         try:
             processed = await self._batcher.submit(call.tool_call_id, call)
         except Exception as error:
-            if is_transient(error):
+            database_away = is_transient(error)
+            if database_away:
                 log.error("database unavailable past the retry budget", error=repr(error))
-                status, reason, cause = (
-                    MemoryStatus.DB_ERROR,
-                    f"database unavailable: {error!r}",
-                    "db_error",
-                )
+                reason, cause = f"database unavailable: {error!r}", "db_error"
             else:
                 log.exception("pipeline failed")
-                status, reason, cause = (
-                    MemoryStatus.INTERNAL_ERROR,
-                    f"internal error: {error!r}",
-                    "internal_error",
-                )
-            await self._answer_unrecorded(call, status, delivered_at)
+                reason, cause = f"internal error: {error!r}", "internal_error"
+            await self._answer_unrecorded(
+                call, tool.unrecorded(database_away=database_away), delivered_at
+            )
             await self._dead_letter(message, reason, cause=cause, delivered_at=delivered_at)
             return
         await self._deliver(message, call, processed, delivered_at)
@@ -332,6 +328,8 @@ class Worker:
                 tx,
                 max_memory_length=self.settings.max_memory_length,
                 reply_ttl_ms=self._reply_ttl_ms,
+                max_server_memories=self.settings.max_server_memories,
+                max_personal_memories=self.settings.max_personal_memories,
             )
 
     async def _retry(
@@ -419,23 +417,18 @@ class Worker:
         )
 
     async def _answer_unrecorded(
-        self, call: ToolCallRequested, status: MemoryStatus, delivered_at: float
+        self, call: ToolCallRequested, failure: Rejection, delivered_at: float
     ) -> None:
         """A result the database could not hold: sent directly, so the bot is not left waiting."""
         publisher, shard_queues = self._publisher, self._shard_queues
         assert publisher is not None and shard_queues is not None
-        message = (
-            messages.database_unavailable()
-            if status is MemoryStatus.DB_ERROR
-            else messages.internal_error()
-        )
-        result = answer(call, status, message, ResultData())
+        result = answer(call, failure.status, failure.message, failure.data)
         await shard_queues.ensure(result.shard_id)
         await publisher.publish_event(
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
         )
         self.metrics.latency.observe(time.perf_counter() - delivered_at)
-        self.metrics.calls.labels(status.value, "false").inc()
+        self.metrics.calls.labels(failure.status.value, "false").inc()
 
     async def _dead_letter(
         self, message: DeliveredMessage, reason: str, *, cause: str, delivered_at: float

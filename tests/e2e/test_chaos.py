@@ -88,8 +88,10 @@ async def test_nothing_lost_nothing_twice_under_kills_closures_and_a_database_ou
         MemoryStatus.DELETED,
         MemoryStatus.NOT_FOUND,
         MemoryStatus.INVALID_ARGS,
+        MemoryStatus.SAVED,
     ):
         assert report.statuses[status.value] > 0, summary
+    assert report.scope_errors == [] and report.created > 0, summary
     assert report.embeds_posted == report.revisions, summary
 
 

@@ -11,7 +11,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aio_pika.abc import AbstractChannel
 
-from contracts import MemoryStatus, ToolCallCompleted, ToolCallRequested, Topology
+from contracts import (
+    CREATE_LONG_TERM_MEMORY,
+    MemoryStatus,
+    ToolCallCompleted,
+    ToolCallRequested,
+    Topology,
+)
 from tests.support.broker import publish_tool_call, tap_events
 from tests.support.gateway_reader import GatewayReader
 from tests.support.read_back import shape_memory
@@ -33,13 +39,18 @@ async def readers(
 
 
 async def _applied(
-    channel: AbstractChannel, topology: Topology, request: ToolCallRequested
-) -> None:
-    """Publishes the tool call and waits for the worker's answer: a successful update."""
+    channel: AbstractChannel,
+    topology: Topology,
+    request: ToolCallRequested,
+    status: MemoryStatus = MemoryStatus.UPDATED,
+) -> ToolCallCompleted:
+    """Publishes the tool call and waits for the worker's answer: a success."""
     async with tap_events(channel, topology.events_exchange) as events:
         await publish_tool_call(channel, topology, request)
         [answer] = await events.wait_for(ToolCallCompleted, tool_call_id=request.tool_call_id)
-    assert answer.status is MemoryStatus.UPDATED, answer.message
+    assert isinstance(answer, ToolCallCompleted)
+    assert answer.status is status, answer.message
+    return answer
 
 
 async def test_both_gateways_see_a_server_memory_changed_by_a_tool_call(
@@ -122,3 +133,62 @@ async def test_both_gateways_see_a_personal_memory_changed_by_a_tool_call(
         await reader.heard("user", alice)
         read = await reader.read(server.disc_id, persona.persona_id, (alice,))
         assert read["personal_lines"] == {alice: [f"ID:{memory_id} {{user}} plays the cello"]}
+
+
+async def test_both_gateways_see_memories_created_by_tool_calls(
+    readers: tuple[GatewayReader, GatewayReader],
+    world: World,
+    channel: AbstractChannel,
+    topology: Topology,
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    _, alice = await world.user()
+    await world.member(server, alice, "alice", display_name="Alice")
+    seeded = await world.server_memory(persona, "movie night is on Fridays")
+    await shape_memory(world, seeded, created_at=datetime.now(UTC) - timedelta(hours=1))
+    for reader in readers:
+        read = await reader.read(server.disc_id, persona.persona_id, (alice,))
+        assert read["server_lines"] == [f"ID:{seeded} movie night is on Fridays"]
+        assert read["personal_lines"] == {alice: []}
+
+    triggerer = snowflake()
+    people = (participant(triggerer, "Bob"), participant(alice, "Alice"))
+    server_wide = await _applied(
+        channel,
+        topology,
+        tool_call(
+            persona,
+            {"memory_content": "the quiz is on Mondays", "memory_scope": "server_wide"},
+            triggerer_id=triggerer,
+            participants=people,
+            tool_name=CREATE_LONG_TERM_MEMORY,
+        ),
+        MemoryStatus.SAVED,
+    )
+    personal = await _applied(
+        channel,
+        topology,
+        tool_call(
+            persona,
+            {
+                "memory_content": "{user} bakes",
+                "memory_scope": "target_user",
+                "target_user": "Alice",
+            },
+            triggerer_id=triggerer,
+            participants=people,
+            tool_name=CREATE_LONG_TERM_MEMORY,
+        ),
+        MemoryStatus.SAVED,
+    )
+
+    for reader in readers:
+        await reader.heard("persona_state", server.disc_id)
+        await reader.heard("user", alice)
+        read = await reader.read(server.disc_id, persona.persona_id, (alice,))
+        assert read["server_lines"] == [
+            f"ID:{server_wide.data.memory_id} the quiz is on Mondays",
+            f"ID:{seeded} movie night is on Fridays",
+        ]
+        assert read["personal_lines"] == {alice: [f"ID:{personal.data.memory_id} {{user}} bakes"]}

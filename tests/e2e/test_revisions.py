@@ -9,7 +9,14 @@ from datetime import datetime
 import pytest
 from aio_pika.abc import AbstractChannel
 
-from contracts import CacheInvalidate, MemoryRestored, MemoryStatus, ToolCallCompleted, Topology
+from contracts import (
+    CREATE_LONG_TERM_MEMORY,
+    CacheInvalidate,
+    MemoryRestored,
+    MemoryStatus,
+    ToolCallCompleted,
+    Topology,
+)
 from infra.settings import Settings
 from tests.support.broker import publish_tool_call, tap_events
 from tests.support.commands import run_ltm
@@ -178,3 +185,85 @@ async def test_history_as_json_has_the_contents_whole(
     assert revision["content_after"] is None
     assert revision["tool_call_id"] == call.tool_call_id
     assert datetime.fromisoformat(revision["occurred_at"]).tzinfo is not None
+
+
+async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing(
+    channel: AbstractChannel, topology: Topology, world: World, settings: Settings
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    owner_id, owner_disc = await world.user()
+    await world.member(server, owner_disc, "frank", display_name="Frank")
+    call = tool_call(
+        persona,
+        {
+            "memory_content": "{user} bakes bread",
+            "memory_scope": "target_user",
+            "target_user": "Frank",
+        },
+        triggerer_id=snowflake(),
+        tool_name=CREATE_LONG_TERM_MEMORY,
+    )
+    async with tap_events(channel, topology.events_exchange) as tap:
+        await publish_tool_call(channel, topology, call)
+        [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+        assert result.status is MemoryStatus.SAVED
+        memory_id = result.data.memory_id
+        assert memory_id is not None
+        [creation] = await world.revisions(memory_id)
+        assert (creation["action"], creation["content_before"]) == ("created", "")
+
+        out = io.StringIO()
+        assert await restore(settings, creation["revision_id"], actor="ops", out=out) == 0
+        [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
+        [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
+
+    assert await world.memory(memory_id) is None
+    _, removal = await world.revisions(memory_id)
+    assert (removal["action"], removal["content_before"], removal["content_after"]) == (
+        "restored",
+        "{user} bakes bread",
+        None,
+    )
+    assert removal["owner_user_id"] == owner_id and removal["actor_disc_id"] == "ops"
+    assert (audit.content_before, audit.content_after) == ("{user} bakes bread", None)
+    assert audit.scope == "target_user" and audit.owner_id == owner_disc
+    assert (invalidation.cache, invalidation.key) == ("user", owner_disc)
+    assert "(deleted)" in out.getvalue()
+
+    again = io.StringIO()
+    assert await restore(settings, creation["revision_id"], out=again) == 0
+    assert "already as before revision" in again.getvalue()
+    assert "(does not exist)" in again.getvalue()
+    assert len(await world.revisions(memory_id)) == 2
+
+
+async def test_a_restore_that_would_change_nothing_changes_nothing(
+    world: World, settings: Settings, channel: AbstractChannel, topology: Topology
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "likes tea")
+    call = tool_call(
+        persona,
+        {"memory_id": memory_id, "memory_content": "likes coffee"},
+        triggerer_id=snowflake(),
+    )
+    async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
+        await publish_tool_call(channel, topology, call)
+        await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
+    [update] = await world.revisions(memory_id)
+    assert await restore(settings, update["revision_id"], out=io.StringIO()) == 0
+
+    async with tap_events(channel, topology.events_exchange) as tap:
+        out = io.StringIO()
+        assert await restore(settings, update["revision_id"], out=out) == 0
+        # A restore's events are confirmed by the broker before it returns: any would reach
+        # the tap before the answer to a call published after it.
+        marker = tool_call(persona, {"memory_id": "x"}, triggerer_id=snowflake())
+        await publish_tool_call(channel, topology, marker)
+        await tap.wait_for(ToolCallCompleted, tool_call_id=marker.tool_call_id)
+
+    assert "already as before revision" in out.getvalue() and "likes tea" in out.getvalue()
+    assert len(await world.revisions(memory_id)) == 2
+    assert tap.events(MemoryRestored, memory_id=memory_id) == []

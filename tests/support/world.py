@@ -76,11 +76,12 @@ def tool_call(
     shard_id: int = 0,
     tool_call_id: str | None = None,
     persona_id: int | None = None,
+    tool_name: str = UPDATE_LONG_TERM_MEMORY,
     triggerer_is_manager: bool = False,
 ) -> ToolCallRequested:
     return ToolCallRequested(
         tool_call_id=tool_call_id or f"call-{uuid.uuid4()}",
-        tool_name=UPDATE_LONG_TERM_MEMORY,
+        tool_name=tool_name,
         arguments=arguments,
         context=ToolCallContext(
             guild_id=persona.server.guild_id,

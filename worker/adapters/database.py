@@ -32,7 +32,8 @@ from worker.adapters.outbox import (
     events_params,
     outbox_rows,
 )
-from worker.adapters.revisions import REVISION_INSERT
+from worker.adapters.revisions import REVISION_INSERT, REVISION_INSERT_WITH_ID
+from worker.core.create import ExistingMemory, NewMemory, ScopeKey
 from worker.core.idempotency import call_fingerprint
 from worker.core.model import (
     DirectoryMember,
@@ -46,7 +47,10 @@ from worker.core.model import (
 __all__ = [
     "Answer",
     "Claim",
+    "LockedOwner",
+    "LockedScopes",
     "MemoryStore",
+    "PlannedCreation",
     "PlannedWrite",
     "StoredResult",
     "ToolCallTransaction",
@@ -54,7 +58,9 @@ __all__ = [
     "apply_params",
     "claim_params",
     "create_engine",
+    "creations_params",
     "psycopg_sql",
+    "scopes_params",
 ]
 
 
@@ -155,13 +161,14 @@ _STORED_RESULTS: Final = psycopg_sql(
     """
 )
 
-_DIRECTORY: Final = psycopg_sql(
+_DIRECTORIES: Final = psycopg_sql(
     """
-    SELECT m.user_disc_id, m.username, m.display_name, m.global_name, u.user_nickname, m.is_bot
+    SELECT m.server_id, m.user_disc_id, m.username, m.display_name, m.global_name,
+           u.user_nickname, m.is_bot
     FROM guild_members AS m
     LEFT JOIN users AS u ON u.user_disc_id = m.user_disc_id
-    WHERE m.server_id = :server_id
-    ORDER BY m.user_disc_id
+    WHERE m.server_id = ANY(:server_ids)
+    ORDER BY m.server_id, m.user_disc_id
     """
 )
 
@@ -292,6 +299,95 @@ _SERVER_MEMORY_WITHIN_REACH: Final = psycopg_sql(
 )
 
 
+# The create tool's race freedom (LIFECYCLE.md §1, step 7): a creation locks its scope's
+# anchor row (the server, or the owner's users row) before its scope is read, so that two
+# transactions creating in one scope take turns, the second reading what the first added.
+# NO KEY UPDATE: the foreign-key checks of other inserts (KEY SHARE) are not blocked. Servers
+# before users, each in id order, so that two workers' batches never wait on each other in a
+# circle. Each lock is a statement of its own, before the read: in READ COMMITTED a
+# statement's snapshot is taken when it starts, so a read in the locking statement itself
+# would not see what the transaction it waited for committed.
+_LOCK_SERVERS: Final = psycopg_sql(
+    """
+    SELECT server_id FROM servers WHERE server_id = ANY(:server_ids)
+    ORDER BY server_id FOR NO KEY UPDATE
+    """
+)
+
+_LOCK_OWNERS: Final = psycopg_sql(
+    """
+    SELECT u.user_id, u.user_disc_id, u.privacy_level,
+           ARRAY(
+               SELECT b.server_id FROM personalization_blacklist AS b WHERE b.user_id = u.user_id
+           ) AS blacklisted_in
+    FROM users AS u WHERE u.user_disc_id = ANY(:owner_disc_ids)
+    ORDER BY u.user_id FOR NO KEY UPDATE OF u
+    """
+)
+
+# Every memory of the batch's scopes, for the core's duplicate check and count. The limit
+# keeps a scope small (25 by default); one filled from outside is read whole all the same,
+# so that a duplicate is found wherever it is.
+_SCOPE_CONTENTS: Final = psycopg_sql(
+    """
+    WITH scopes AS (
+        SELECT * FROM json_to_recordset(CAST(:scopes AS json)) AS s(
+            ord integer, scope text, server_id integer, owner_disc_id text, lineage bigint
+        )
+    )
+    SELECT s.ord, m.server_memory_id AS memory_id, m.content
+    FROM scopes AS s JOIN server_memories AS m
+      ON s.scope = 'server_wide' AND m.server_id = s.server_id
+     AND m.persona_lineage_id = s.lineage
+    UNION ALL
+    SELECT s.ord, m.personal_memory_id, m.content
+    FROM scopes AS s
+    JOIN users AS u ON s.scope = 'target_user' AND u.user_disc_id = s.owner_disc_id
+    JOIN personal_memories AS m
+      ON m.user_id = u.user_id AND m.persona_lineage_id IN (s.lineage, 0)
+    """
+)
+
+# Ids for the batch's new memories and their revisions, taken with the read, so that the
+# inserts need no answer back and travel with COMMIT. A creation refused after all leaves a
+# gap in both sequences, as a rolled-back insert would.
+_NEW_IDS: Final = psycopg_sql(
+    """
+    SELECT nextval('memory_id_seq') AS memory_id,
+           nextval(pg_get_serial_sequence('memory_revisions', 'revision_id')) AS revision_id
+    FROM generate_series(1, :count)
+    """
+)
+
+# The batch's new memories and their `created` revisions (content_before ''); the teacher of
+# a server memory is the triggerer's users row, when there is one.
+_CREATE: Final = psycopg_sql(
+    f"""
+    WITH input AS (
+        SELECT * FROM json_to_recordset(CAST(:memories AS json)) AS i(
+            scope text, memory_id bigint, revision_id bigint, server_id integer,
+            persona_id integer, lineage bigint, owner_user_id integer, content text,
+            actor text, tool_call_id text
+        )
+    ), server_created AS (
+        INSERT INTO server_memories
+            (server_memory_id, server_id, persona_id, persona_lineage_id, user_id, content)
+        SELECT i.memory_id, i.server_id, i.persona_id, i.lineage, teacher.user_id, i.content
+        FROM input AS i LEFT JOIN users AS teacher ON teacher.user_disc_id = i.actor
+        WHERE i.scope = 'server_wide'
+    ), personal_created AS (
+        INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
+        SELECT memory_id, owner_user_id, lineage, content FROM input
+        WHERE scope = 'target_user'
+    )
+    {REVISION_INSERT_WITH_ID}
+    SELECT revision_id, scope, memory_id, 'created', '', content, server_id,
+           CASE WHEN scope = 'target_user' THEN owner_user_id END, lineage, actor,
+           tool_call_id, now()
+    FROM input
+    """
+)
+
 _MARK_PUBLISHED_SQL: Final = psycopg_sql(_MARK_PUBLISHED)
 _BEGIN: Final = "BEGIN"
 _COMMIT: Final = "COMMIT"
@@ -330,6 +426,41 @@ class PlannedWrite:
     write: MemoryWrite
     actor: str
     tool_call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCreation:
+    memory: NewMemory
+    actor: str
+    tool_call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LockedOwner:
+    """An owner's users row, locked for the transaction, and where they are excluded from
+    personalization."""
+
+    user_id: int
+    user_disc_id: str
+    privacy_level: int
+    blacklisted_in: frozenset[int]
+
+    def stored(self, server_id: int) -> StoredUser:
+        return StoredUser(
+            user_id=self.user_id,
+            user_disc_id=self.user_disc_id,
+            privacy_level=self.privacy_level,
+            blacklisted_here=server_id in self.blacklisted_in,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LockedScopes:
+    """What a batch's creations are decided over, read after their scopes were locked."""
+
+    owners: dict[str, LockedOwner]  # by Discord id; an owner with no users row is absent
+    contents: dict[ScopeKey, list[ExistingMemory]]
+    new_ids: list[tuple[int, int]]  # (memory_id, revision_id), one pair per creation asked
 
 
 def _waves(writes: Sequence[PlannedWrite]) -> list[list[int]]:
@@ -397,12 +528,55 @@ def apply_params(writes: Sequence[PlannedWrite], positions: Sequence[int]) -> di
     }
 
 
+def scopes_params(scopes: Sequence[ScopeKey]) -> dict[str, str]:
+    return {
+        "scopes": orjson.dumps(
+            [
+                {
+                    "ord": position,
+                    "scope": key.scope,
+                    "server_id": key.server_id,
+                    "owner_disc_id": key.owner_disc_id,
+                    "lineage": key.lineage,
+                }
+                for position, key in enumerate(scopes)
+            ]
+        ).decode()
+    }
+
+
+def creations_params(creations: Sequence[PlannedCreation]) -> dict[str, str]:
+    return {
+        "memories": orjson.dumps(
+            [
+                {
+                    "scope": planned.memory.scope,
+                    "memory_id": planned.memory.memory_id,
+                    "revision_id": planned.memory.revision_id,
+                    "server_id": planned.memory.server_id,
+                    "persona_id": planned.memory.persona_id,
+                    "lineage": planned.memory.persona_lineage_id,
+                    "owner_user_id": planned.memory.owner_user_id,
+                    "content": planned.memory.content,
+                    "actor": planned.actor,
+                    "tool_call_id": planned.tool_call_id,
+                }
+                for planned in creations
+            ]
+        ).decode()
+    }
+
+
 class ToolCallTransaction:
     """One transaction for a batch of tool calls: every read and write of the pipeline."""
 
     def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self._connection = connection
         # Rows are named tuples: columns read as attributes, as the statements name them.
-        self._cursor: psycopg.AsyncCursor[Any] = connection.cursor(row_factory=namedtuple_row)
+        self._cursor: psycopg.AsyncCursor[Any] = self._new_cursor()
+
+    def _new_cursor(self) -> psycopg.AsyncCursor[Any]:
+        return self._connection.cursor(row_factory=namedtuple_row)
 
     async def _all(self, statement: str, params: dict[str, Any]) -> list[Any]:
         await self._cursor.execute(statement, params)
@@ -467,18 +641,59 @@ class ToolCallTransaction:
         return found
 
     async def load_directory(self, server_id: int) -> list[DirectoryMember]:
-        result = await self._all(_DIRECTORY, {"server_id": server_id})
-        return [
-            DirectoryMember(
-                user_disc_id=row.user_disc_id,
-                username=row.username,
-                display_name=row.display_name,
-                global_name=row.global_name,
-                user_nickname=row.user_nickname,
-                is_bot=row.is_bot,
+        return (await self.load_directories([server_id]))[server_id]
+
+    async def load_directories(self, server_ids: Sequence[int]) -> dict[int, list[DirectoryMember]]:
+        """The current members of each server, in one statement."""
+        directories: dict[int, list[DirectoryMember]] = {server_id: [] for server_id in server_ids}
+        for row in await self._all(_DIRECTORIES, {"server_ids": list(server_ids)}):
+            directories[row.server_id].append(
+                DirectoryMember(
+                    user_disc_id=row.user_disc_id,
+                    username=row.username,
+                    display_name=row.display_name,
+                    global_name=row.global_name,
+                    user_nickname=row.user_nickname,
+                    is_bot=row.is_bot,
+                )
             )
-            for row in result
-        ]
+        return directories
+
+    async def lock_scopes(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
+        """Locks the scopes' anchors, then reads the scopes, their owners and `new_ids` pairs of
+        ids: four statements in one round trip (pipelined), each read after the locks."""
+        server_ids = sorted({key.server_id for key in scopes if key.server_id is not None})
+        owner_ids = sorted({key.owner_disc_id for key in scopes if key.owner_disc_id is not None})
+        if server_ids:
+            await self._new_cursor().execute(_LOCK_SERVERS, {"server_ids": server_ids})
+        owners_read = self._new_cursor()
+        if owner_ids:
+            await owners_read.execute(_LOCK_OWNERS, {"owner_disc_ids": owner_ids})
+        contents_read = self._new_cursor()
+        await contents_read.execute(_SCOPE_CONTENTS, scopes_params(scopes))
+        ids_read = self._new_cursor()
+        await ids_read.execute(_NEW_IDS, {"count": new_ids})
+
+        owners = {
+            row.user_disc_id: LockedOwner(
+                user_id=row.user_id,
+                user_disc_id=row.user_disc_id,
+                privacy_level=row.privacy_level,
+                blacklisted_in=frozenset(row.blacklisted_in),
+            )
+            for row in (await owners_read.fetchall() if owner_ids else [])
+        }
+        contents: dict[ScopeKey, list[ExistingMemory]] = {key: [] for key in scopes}
+        for row in await contents_read.fetchall():
+            contents[scopes[row.ord]].append(ExistingMemory(row.memory_id, row.content))
+        pairs = [(row.memory_id, row.revision_id) for row in await ids_read.fetchall()]
+        return LockedScopes(owners=owners, contents=contents, new_ids=pairs)
+
+    async def create(self, creations: Sequence[PlannedCreation]) -> None:
+        """Inserts the new memories with their revisions. Sent, not awaited: it goes with
+        COMMIT, and its errors are the commit's."""
+        if creations:
+            await self._new_cursor().execute(_CREATE, creations_params(creations))
 
     async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
         row = await self._one(_USER, user_disc_id=user_disc_id, server_id=server_id)

@@ -10,12 +10,28 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["REVISION_INSERT", "RestoredMemory", "Revision", "RevisionStore"]
+from worker.core.restore import Remove, Unchanged, plan_restore
+
+__all__ = [
+    "REVISION_INSERT",
+    "REVISION_INSERT_WITH_ID",
+    "RestoredMemory",
+    "Revision",
+    "RevisionStore",
+    "UnchangedMemory",
+]
 
 REVISION_INSERT: Final = """
     INSERT INTO memory_revisions
         (scope, memory_id, action, content_before, content_after, server_id, owner_user_id,
          persona_lineage_id, actor_disc_id, tool_call_id, occurred_at)
+"""
+
+# The same with the revision's id taken beforehand (the create tool's, read with its scope).
+REVISION_INSERT_WITH_ID: Final = """
+    INSERT INTO memory_revisions
+        (revision_id, scope, memory_id, action, content_before, content_after, server_id,
+         owner_user_id, persona_lineage_id, actor_disc_id, tool_call_id, occurred_at)
 """
 
 
@@ -42,6 +58,14 @@ class RestoredMemory:
     revision: Revision
     server_disc_id: str | None
     owner_disc_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnchangedMemory:
+    """A restore that found the memory already as it was before the revision."""
+
+    memory_id: int
+    content: str | None  # None: the memory does not exist
 
 
 _HISTORY: Final = text(
@@ -105,6 +129,49 @@ _RESTORE_PERSONAL_MEMORY: Final = text(
 )
 
 
+# Removes a memory that did not exist before the revision (a creation's), with a revision
+# whose content_after is null; `_CURRENT_CONTENT` locked the row just before.
+_REMOVE_MEMORY: Final = {
+    "server_wide": text(
+        f"""
+        WITH removed AS (
+            DELETE FROM server_memories WHERE server_memory_id = :memory_id
+            RETURNING server_memory_id
+        ), revision AS (
+            {REVISION_INSERT}
+            SELECT 'server_wide', server_memory_id, 'restored', :content_before, NULL,
+                   :server_id, NULL, :persona_lineage_id, :actor, :tool_call_id, now()
+            FROM removed
+            RETURNING *
+        )
+        SELECT revision.*, (SELECT server_disc_id FROM servers WHERE server_id = :server_id)
+               AS server_disc_id, NULL AS owner_disc_id
+        FROM revision
+        """
+    ),
+    "target_user": text(
+        f"""
+        WITH removed AS (
+            DELETE FROM personal_memories WHERE personal_memory_id = :memory_id
+            RETURNING personal_memory_id, user_id
+        ), revision AS (
+            {REVISION_INSERT}
+            SELECT 'target_user', personal_memory_id, 'restored', :content_before, NULL,
+                   :server_id, user_id, :persona_lineage_id, :actor, :tool_call_id, now()
+            FROM removed
+            RETURNING *
+        )
+        SELECT revision.*,
+               (SELECT server_disc_id FROM servers WHERE server_id = :server_id)
+               AS server_disc_id,
+               (SELECT user_disc_id FROM users WHERE user_id = revision.owner_user_id)
+               AS owner_disc_id
+        FROM revision
+        """
+    ),
+}
+
+
 def _revision(row: Any) -> Revision:
     return Revision(
         revision_id=row.revision_id,
@@ -136,10 +203,11 @@ class RevisionStore:
     @asynccontextmanager
     async def restoring(
         self, revision_id: int, *, actor: str, tool_call_id: str
-    ) -> AsyncIterator[tuple[RestoredMemory | None, AsyncConnection]]:
+    ) -> AsyncIterator[tuple[RestoredMemory | UnchangedMemory | None, AsyncConnection]]:
         """Restores inside a transaction the caller completes (it queues the events first).
 
-        Yields None when the revision does not exist.
+        Yields None when the revision does not exist, and UnchangedMemory, having written
+        nothing, when the memory already is as it was before the revision.
         """
         async with self.engine.begin() as connection:
             found = (
@@ -149,27 +217,33 @@ class RevisionStore:
                 yield None, connection
                 return
             original = _revision(found)
-            statement = (
-                _RESTORE_SERVER_MEMORY
-                if original.scope == "server_wide"
-                else _RESTORE_PERSONAL_MEMORY
-            )
-            params: dict[str, Any] = {
-                "memory_id": original.memory_id,
-                "server_id": original.server_id,
-                "persona_lineage_id": original.persona_lineage_id,
-                "content": original.content_before,
-                "actor": actor,
-                "tool_call_id": tool_call_id,
-            }
-            if original.scope != "server_wide":
-                params["owner_user_id"] = original.owner_user_id
             current = (
                 await connection.execute(
                     _CURRENT_CONTENT[original.scope], {"memory_id": original.memory_id}
                 )
             ).one_or_none()
-            params["content_before"] = "" if current is None else current.content
+            current_content = None if current is None else str(current.content)
+            plan = plan_restore(original.content_before, current_content)
+            if isinstance(plan, Unchanged):
+                yield UnchangedMemory(original.memory_id, current_content), connection
+                return
+            params: dict[str, Any] = {
+                "memory_id": original.memory_id,
+                "server_id": original.server_id,
+                "persona_lineage_id": original.persona_lineage_id,
+                "content_before": current_content or "",
+                "actor": actor,
+                "tool_call_id": tool_call_id,
+            }
+            if isinstance(plan, Remove):
+                statement = _REMOVE_MEMORY[original.scope]
+            elif original.scope == "server_wide":
+                statement = _RESTORE_SERVER_MEMORY
+                params["content"] = plan.content
+            else:
+                statement = _RESTORE_PERSONAL_MEMORY
+                params["content"] = plan.content
+                params["owner_user_id"] = original.owner_user_id
             row = (await connection.execute(statement, params)).one()
             yield (
                 RestoredMemory(

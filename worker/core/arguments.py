@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 from contracts import MemoryStatus
 from worker.core import messages
 from worker.core.model import MemoryArguments, Rejection
 
-__all__ = ["MAX_MEMORY_ID", "TARGET_USER_ARGUMENTS", "parse_arguments"]
+__all__ = [
+    "MAX_MEMORY_ID",
+    "TARGET_USER_ARGUMENTS",
+    "WrongType",
+    "parse_arguments",
+    "read_target_user",
+]
 
 # The largest integer every JSON peer (JavaScript included) represents exactly.
 MAX_MEMORY_ID: Final = 2**53 - 1
@@ -35,17 +42,36 @@ def parse_arguments(raw: object) -> MemoryArguments | Rejection:
     if not isinstance(content, str):
         return _invalid(messages.invalid_memory_content())
 
+    target_user = read_target_user(raw)
+    if isinstance(target_user, WrongType):
+        return _invalid(messages.invalid_target_user(target_user.argument))
+
+    return MemoryArguments(memory_id=memory_id, content=content, target_user=target_user)
+
+
+@dataclass(frozen=True, slots=True)
+class WrongType:
+    """A name for the target user that is present, not null, and not a string."""
+
+    argument: str
+
+
+def read_target_user(raw: dict[str, Any]) -> str | WrongType | None:
+    """The first non-blank of `target_user` and its legacy names, trimmed; None if none is.
+
+    Every one present and not null must be a string, even after an earlier one named
+    somebody: a malformed call is reported rather than half-read.
+    """
     target_user: str | None = None
     for argument in TARGET_USER_ARGUMENTS:
         value = raw.get(argument)
         if value is None:
             continue
         if not isinstance(value, str):
-            return _invalid(messages.invalid_target_user(argument))
+            return WrongType(argument)
         if target_user is None and value.strip():
             target_user = value.strip()
-
-    return MemoryArguments(memory_id=memory_id, content=content, target_user=target_user)
+    return target_user
 
 
 def _memory_id(value: object) -> int | None:

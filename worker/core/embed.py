@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from contracts import DELETE_COLOR, UPDATE_COLOR, EmbedField, EmbedPayload
+from contracts import CREATE_COLOR, DELETE_COLOR, UPDATE_COLOR, EmbedField, EmbedPayload
 from contracts.embeds import (
     DESCRIPTION_LIMIT,
     FIELD_VALUE_LIMIT,
@@ -13,9 +13,11 @@ from contracts.embeds import (
     TITLE_LIMIT,
     TOTAL_LIMIT,
 )
+from worker.core.create import NewMemory
 from worker.core.model import MemoryWrite, WrittenMemory
 
 __all__ = [
+    "build_created_embed",
     "build_embed",
     "render_placeholders",
 ]
@@ -54,15 +56,12 @@ def build_embed(
         title += f" about {_title_name(owner)}"
     title = _shorten(title, TITLE_LIMIT)
 
-    if not personal:
-        manage = "Manage server memories with /memory server"
-    elif not personal_memories_enabled:
-        manage = "Personalization is off in this server, so this memory is not used here"
-    elif owner_blacklisted:
-        manage = f"{_plain_name(owner)} is excluded from personalization in this server"
-    else:
-        manage = "Manage personal memories with /memory personal"
-    footer = _shorten(f"ID:{write.memory_id} · {manage}", FOOTER_LIMIT)
+    footer = _footer(
+        write.memory_id,
+        owner if personal else None,
+        personal_memories_enabled=personal_memories_enabled,
+        owner_blacklisted=owner_blacklisted,
+    )
 
     def render(text: str) -> str:
         return render_placeholders(text, user_name=user_name, persona_nickname=persona_nickname)
@@ -90,6 +89,65 @@ def build_embed(
         footer=footer,
         fields=fields,
     )
+
+
+def build_created_embed(
+    memory: NewMemory,
+    *,
+    persona_nickname: str,
+    triggerer_name: str,
+    owner_name: str | None,
+    personal_memories_enabled: bool,
+    owner_blacklisted: bool,
+) -> EmbedPayload:
+    """The embed for one committed creation: the saved text, in green."""
+    personal = memory.scope == "target_user"
+    owner = owner_name or memory.owner_label or "them"
+    persona = _title_name(persona_nickname)
+    title = _shorten(
+        f"{persona} learned something about {_title_name(owner)}"
+        if personal
+        else f"{persona} learned something new",
+        TITLE_LIMIT,
+    )
+    footer = _footer(
+        memory.memory_id,
+        owner if personal else None,
+        personal_memories_enabled=personal_memories_enabled,
+        owner_blacklisted=owner_blacklisted,
+    )
+    shown = render_placeholders(
+        memory.content,
+        user_name=owner if personal else triggerer_name,
+        persona_nickname=persona_nickname,
+    )
+    return EmbedPayload(
+        title=title,
+        description=_code_block(
+            shown, min(DESCRIPTION_LIMIT, TOTAL_LIMIT - len(title) - len(footer))
+        ),
+        color=CREATE_COLOR,
+        footer=footer,
+    )
+
+
+def _footer(
+    memory_id: int,
+    owner: str | None,
+    *,
+    personal_memories_enabled: bool,
+    owner_blacklisted: bool,
+) -> str:
+    """The memory's id and how it can be managed; `owner` None for a server memory."""
+    if owner is None:
+        manage = "Manage server memories with /memory server"
+    elif not personal_memories_enabled:
+        manage = "Personalization is off in this server, so this memory is not used here"
+    elif owner_blacklisted:
+        manage = f"{_plain_name(owner)} is excluded from personalization in this server"
+    else:
+        manage = "Manage personal memories with /memory personal"
+    return _shorten(f"ID:{memory_id} · {manage}", FOOTER_LIMIT)
 
 
 def render_placeholders(text: str, *, user_name: str, persona_nickname: str) -> str:

@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Final
 
-from contracts import UPDATE_LONG_TERM_MEMORY, MemoryStatus, ResultData, ToolCallRequested
+from contracts import MemoryStatus, ResultData, ToolCallRequested
 from worker.core import messages
 from worker.core.model import Rejection
 
-__all__ = ["INVALID_ARGS_STATUS", "TOOL_CALL_ID_REUSED", "call_fingerprint", "check_same_call"]
+__all__ = ["TOOL_CALL_ID_REUSED", "call_fingerprint", "check_same_call"]
 
 TOOL_CALL_ID_REUSED: Final = "tool_call_id_reused"
-
-# Each tool's `…_invalid_args` status, which a refused reuse of an id answers with.
-INVALID_ARGS_STATUS: Final[Mapping[str, MemoryStatus]] = {
-    UPDATE_LONG_TERM_MEMORY: MemoryStatus.INVALID_ARGS,
-}
 
 
 def call_fingerprint(call: ToolCallRequested) -> str:
@@ -52,13 +46,16 @@ def call_fingerprint(call: ToolCallRequested) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-def check_same_call(call: ToolCallRequested, *, recorded: str | None) -> Rejection | None:
-    """None: the record of the call's id answers it. A Rejection: the id was used for a
-    different call. A record from before fingerprints (`recorded` None) answers any call."""
+def check_same_call(
+    call: ToolCallRequested, *, recorded: str | None, invalid_args: MemoryStatus
+) -> Rejection | None:
+    """None: the record of the call's id answers it. A Rejection with the tool's `…_invalid_args`
+    status (`invalid_args`): the id was used for a different call. A record from before
+    fingerprints (`recorded` None) answers any call."""
     if recorded is None or recorded == call_fingerprint(call):
         return None
     return Rejection(
-        status=INVALID_ARGS_STATUS[call.tool_name],
+        status=invalid_args,
         message=messages.tool_call_id_reused(),
         data=ResultData(reason=TOOL_CALL_ID_REUSED),
     )

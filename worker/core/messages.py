@@ -17,23 +17,42 @@ __all__ = [
     "content_has_nul",
     "content_not_visible",
     "content_too_long",
+    "create_arguments_not_object",
     "database_unavailable",
     "disabled",
     "dm_other_user",
+    "duplicate_memory",
+    "empty_new_memory",
     "forbidden_personal",
     "forbidden_server",
     "internal_error",
     "invalid_memory_content",
     "invalid_memory_id",
+    "invalid_memory_scope",
+    "invalid_new_memory_content",
+    "invalid_new_memory_target_user",
     "invalid_target_user",
+    "limit_exceeded",
     "memory_deleted",
+    "memory_saved",
+    "memory_saved_about_a_bot",
+    "memory_saved_about_a_bridge_user",
     "memory_updated",
+    "missing_target_user",
     "not_current_member",
     "not_found_personal",
     "not_found_personal_is_server_memory",
     "not_found_server",
     "not_found_server_is_personal_memory",
     "privacy_restricted",
+    "save_database_unavailable",
+    "save_dm_other_user",
+    "save_internal_error",
+    "save_not_current_member",
+    "save_privacy_restricted",
+    "save_user_not_found",
+    "save_user_not_stored",
+    "saving_disabled",
     "tool_call_id_reused",
     "user_not_found",
     "user_not_stored",
@@ -244,5 +263,129 @@ def memory_deleted(memory_id: int, label: str | None) -> str:
 def database_unavailable() -> str:
     return (
         "The memory was not changed because the database is unavailable right now; "
+        "tell the user it can be tried again later."
+    )
+
+
+# The create tool (LIFECYCLE.md §1), step by step.
+
+
+def create_arguments_not_object() -> str:
+    return (
+        "The arguments must be a JSON object with memory_content (the new memory's text) and "
+        "memory_scope (server_wide, or target_user together with target_user)."
+    )
+
+
+def invalid_new_memory_content() -> str:
+    return "memory_content must be a string: the text of the memory to save, in the third person."
+
+
+def invalid_memory_scope() -> str:
+    return (
+        "memory_scope must be server_wide for a memory of this server, or target_user for a "
+        "personal memory about the person named in target_user."
+    )
+
+
+def missing_target_user() -> str:
+    return (
+        "memory_scope target_user needs target_user, the person's name as seen in the chat; "
+        "call again with it, or with memory_scope server_wide."
+    )
+
+
+def invalid_new_memory_target_user(argument: str) -> str:
+    return f"{argument} must be a string with the person's name as seen in the chat."
+
+
+def save_internal_error() -> str:
+    return (
+        "Memories cannot be saved here right now because of an internal problem; "
+        "do not retry this call."
+    )
+
+
+def saving_disabled() -> str:
+    return "Saving memories is turned off in this server, so this cannot be remembered."
+
+
+def empty_new_memory() -> str:
+    return "memory_content is empty; call again with the text of the memory to save."
+
+
+def save_user_not_found() -> str:
+    return (
+        "Nobody in this conversation or server matches target_user; call again with the "
+        "person's name as shown in the chat, or with memory_scope server_wide."
+    )
+
+
+def save_user_not_stored(label: str) -> str:
+    return (
+        f'Nothing personal can be saved yet about "{label}", whom this bot does not know; '
+        "call again with memory_scope server_wide."
+    )
+
+
+def save_not_current_member(label: str) -> str:
+    return (
+        f'"{label}" is not a member of this server, so personal memories about them cannot be '
+        "saved here."
+    )
+
+
+def save_dm_other_user(label: str) -> str:
+    return (
+        "In a direct message only personal memories about the person you are talking with "
+        f'can be saved, not about "{label}".'
+    )
+
+
+def save_privacy_restricted(label: str) -> str:
+    return (
+        f'"{label}" has limited what may be remembered about them, so no personal memory '
+        "about them can be saved."
+    )
+
+
+def duplicate_memory(memory_id: int, label: str | None) -> str:
+    if label is None:
+        return f"Server memory ID:{memory_id} already says this, so nothing new was saved."
+    return (
+        f'Personal memory ID:{memory_id} about "{label}" already says this, so nothing new '
+        "was saved."
+    )
+
+
+def limit_exceeded(current_count: int, max_allowed: int, label: str | None) -> str:
+    held = f'"{label}" has' if label is not None else "This server has"
+    kind = "personal memories" if label is not None else "server memories"
+    return (
+        f"{held} {current_count} {kind} of yours, the most allowed is {max_allowed}; change "
+        "or delete one with update_long_term_memory before saving another."
+    )
+
+
+def memory_saved(memory_id: int, label: str | None) -> str:
+    if label is None:
+        return f"Saved as server memory ID:{memory_id}."
+    return f'Saved as personal memory ID:{memory_id} about "{label}".'
+
+
+def memory_saved_about_a_bot(memory_id: int) -> str:
+    return f"Saved as server memory ID:{memory_id}, since bots have no personal memories."
+
+
+def memory_saved_about_a_bridge_user(memory_id: int, name: str) -> str:
+    return (
+        f'Saved as server memory ID:{memory_id}, with {{user}} written as "{name}", since '
+        "bridged users have only server memories."
+    )
+
+
+def save_database_unavailable() -> str:
+    return (
+        "The memory was not saved because the database is unavailable right now; "
         "tell the user it can be tried again later."
     )

@@ -22,7 +22,7 @@ from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
 from worker.adapters.database import create_engine
 from worker.adapters.outbox import OutboxStore, OutgoingEvent, queue_events
-from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore
+from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore, UnchangedMemory
 from worker.ops.output import (
     ExitCode,
     json_document,
@@ -153,6 +153,9 @@ async def restore(
             if restored is None:
                 print(f"ltm memory restore: no revision {revision_id}", file=err)
                 return ExitCode.NOT_FOUND
+            if isinstance(restored, UnchangedMemory):
+                _print_unchanged(restored, revision_id, as_json=as_json, out=out)
+                return ExitCode.OK
             rows = await queue_events(connection, restore_events(restored))
         connection_amqp = await aio_pika.connect(settings.amqp_url)
         async with connection_amqp:
@@ -171,6 +174,7 @@ async def restore(
             "revision_id": revision.revision_id,
             "tool_call_id": revision.tool_call_id,
             "content": revision.content_after,
+            "changed": True,
         }
         print(json_document(restored_fields), file=out)
     else:
@@ -184,3 +188,32 @@ async def restore(
             out,
         )
     return ExitCode.OK
+
+
+def _print_unchanged(
+    unchanged: UnchangedMemory, revision_id: int, *, as_json: bool, out: TextIO
+) -> None:
+    """A restore that found the memory as it was before the revision: it says so."""
+    if as_json:
+        fields = {
+            "memory_id": unchanged.memory_id,
+            "restored_before_revision": revision_id,
+            "content": unchanged.content,
+            "changed": False,
+        }
+        print(json_document(fields), file=out)
+        return
+    print_fields(
+        [
+            ("memory", str(unchanged.memory_id)),
+            ("already as before revision", str(revision_id)),
+            (
+                "content",
+                "(does not exist)"
+                if unchanged.content is None
+                else shown_content(unchanged.content, width=None),
+            ),
+            ("changed", "nothing: no revision, no event"),
+        ],
+        out,
+    )

@@ -9,7 +9,7 @@ import pytest
 from aio_pika.abc import AbstractChannel
 from structlog.testing import capture_logs
 
-from contracts import EmbedRequested, Topology, embed_routing_key
+from contracts import CREATE_COLOR, EmbedRequested, Topology, embed_routing_key
 from gateway import RetryPolicy
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
@@ -45,6 +45,26 @@ async def test_an_embed_is_posted_once_with_its_content(
     assert embed["color"] == 0x25D4DA
     assert embed["footer"] == {"text": "Manage server memories with /memory server"}
     assert embed["fields"] == [{"name": "Before", "value": "Alice likes coffee", "inline": False}]
+    await assert_delivered_once(fake_discord, channel, topology, event)
+
+
+async def test_a_created_memory_is_posted_in_green(
+    start_gateway: GatewayFactory,
+    fake_discord: FakeDiscord,
+    channel: AbstractChannel,
+    topology: Topology,
+) -> None:
+    event = embed_requested(
+        fresh_shard(),
+        title="Tomori learned something new",
+        color=CREATE_COLOR,
+        fields=(),
+    ).model_copy(update={"kind": "memory_created"})
+    await send(start_gateway, channel, topology, event)
+    [post] = fake_discord.posts(event.channel_id)
+    [embed] = post.json["embeds"]
+    assert (embed["title"], embed["color"]) == ("Tomori learned something new", 0x2ECC71)
+    assert embed["description"] == "```\nAlice likes tea\n```"
     await assert_delivered_once(fake_discord, channel, topology, event)
 
 

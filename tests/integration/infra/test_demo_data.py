@@ -1,5 +1,6 @@
 """`make run` loads examples/demo.sql on every run: each load puts the demo back as the README
-shows it, whatever the example calls changed, and touches no other rows."""
+shows it, whatever the example calls changed or saved, and touches no other rows; the example
+calls do what the README's walk-through shows."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from contracts import MemoryStatus, ToolCallRequested
+from contracts import TOOL_NAMES, MemoryStatus, ToolCallRequested
 from infra.run_local import load_demo
 from infra.settings import Settings
 from tests.integration.worker.checks import Pipeline
@@ -101,3 +102,60 @@ async def test_a_load_touches_no_other_rows(demo: tuple[Settings, Pipeline]) -> 
     assert len(await world.revisions(other)) == 1
     assert await world.inbox(changed.result.tool_call_id) is not None
     assert await world.content(25) == VIOLIN
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda path: path.name)
+def test_every_example_is_a_tool_call(path: Path) -> None:
+    call = complete_envelope(path.read_bytes())
+    assert call.tool_name in TOOL_NAMES
+
+
+async def test_the_create_examples_save_what_the_readme_shows(
+    demo: tuple[Settings, Pipeline],
+) -> None:
+    settings, pipeline = demo
+    world = pipeline.world
+    load_demo(settings)
+
+    first = await pipeline.run(example("create_server_call.json"))
+    personal = await pipeline.run(example("create_personal_call.json"))
+    bridged = await pipeline.run(example("create_fallback_call.json"))
+    again = await pipeline.run(example("create_server_call.json"))
+    changed = await pipeline.run(example("update_created_call.json"))
+
+    # On the demo as loaded, the first new memory is ID:1001, which update_created_call.json
+    # changes.
+    assert (first.result.status, first.result.data.memory_id) == (MemoryStatus.SAVED, 1001)
+    assert (personal.result.status, personal.result.data.target_user) == (
+        MemoryStatus.SAVED,
+        "Alice (@alice)",
+    )
+    assert (bridged.result.status, bridged.result.data.fallback) == (
+        MemoryStatus.SAVED,
+        "bridge_user",
+    )
+    assert bridged.result.data.content_saved == "Carol streams speedruns on Fridays."
+    assert (again.result.status, again.result.data.memory_id) == (
+        MemoryStatus.SAVE_DUPLICATE,
+        1001,
+    )
+    assert changed.result.status is MemoryStatus.UPDATED
+    assert [r["revision_id"] for r in await world.revisions(1001)] == [1, 5]
+
+
+async def test_each_load_removes_what_the_create_examples_saved(
+    demo: tuple[Settings, Pipeline],
+) -> None:
+    """Every `make run` loads the demo again: the memories the creations saved go, with their
+    history, and the next creation is ID:1001 again, with revision 1, as the README shows."""
+    settings, pipeline = demo
+    world = pipeline.world
+    for _ in range(2):
+        load_demo(settings)
+        await assert_documented_state(world)
+        created = await pipeline.run(example("create_server_call.json"))
+        assert created.result.status is MemoryStatus.SAVED, created.result.message
+        assert created.result.data.memory_id == 1001
+        personal = await pipeline.run(example("create_personal_call.json"))
+        assert personal.result.status is MemoryStatus.SAVED, personal.result.message
+        assert [r["revision_id"] for r in await world.revisions(1001)] == [1]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from contracts import (
+    CREATE_COLOR,
+    CREATE_LONG_TERM_MEMORY,
     DELETE_COLOR,
     UPDATE_COLOR,
+    UPDATE_LONG_TERM_MEMORY,
     CacheInvalidate,
     EmbedRequested,
     MemoryChanged,
@@ -19,7 +23,8 @@ from contracts import (
 )
 from tests.support.world import Persona, Server, World, participant, tool_call
 from worker.adapters.database import MemoryStore
-from worker.service import Processed, process_tool_call
+from worker.service import Processed, process_tool_calls
+from worker.tools.base import DEFAULT_MEMORY_LIMIT
 
 __all__ = [
     "MAX_MEMORY_LENGTH",
@@ -39,7 +44,8 @@ REPLY_TTL_MS = 900_000
 SHARD = 2  # not the default 0, so that routing by the call's shard shows
 TRIGGERER_NAME = "Trig"
 
-Action = Literal["updated", "deleted"]
+Action = Literal["created", "updated", "deleted"]
+EMBED_COLORS: Final = {"created": CREATE_COLOR, "updated": UPDATE_COLOR, "deleted": DELETE_COLOR}
 Scope = Literal["server_wide", "target_user"]
 
 
@@ -63,6 +69,7 @@ class Scene:
         tool_call_id: str | None = None,
         persona_id: int | None = None,
         shard_id: int = SHARD,
+        tool_name: str = UPDATE_LONG_TERM_MEMORY,
         triggerer_is_manager: bool = False,
     ) -> ToolCallRequested:
         """A call of the triggerer; the participants are the triggerer and those given."""
@@ -74,8 +81,19 @@ class Scene:
             tool_call_id=tool_call_id,
             persona_id=persona_id,
             shard_id=shard_id,
+            tool_name=tool_name,
             triggerer_is_manager=triggerer_is_manager,
         )
+
+    def create(
+        self,
+        arguments: Any,
+        *participants: Participant,
+        tool_name: str = CREATE_LONG_TERM_MEMORY,
+        **options: Any,
+    ) -> ToolCallRequested:
+        """A create_long_term_memory call of the triggerer (or under the tool's old name)."""
+        return self.call(arguments, *participants, tool_name=tool_name, **options)
 
 
 @dataclass
@@ -91,11 +109,37 @@ class Pipeline:
         *,
         max_memory_length: int = MAX_MEMORY_LENGTH,
         store: MemoryStore | None = None,
+        max_server_memories: int = DEFAULT_MEMORY_LIMIT,
+        max_personal_memories: int = DEFAULT_MEMORY_LIMIT,
     ) -> Processed:
         """One call in one transaction, committed when the block ends, as the worker does."""
+        [processed] = await self.run_together(
+            [call],
+            max_memory_length=max_memory_length,
+            store=store,
+            max_server_memories=max_server_memories,
+            max_personal_memories=max_personal_memories,
+        )
+        return processed
+
+    async def run_together(
+        self,
+        calls: Sequence[ToolCallRequested],
+        *,
+        max_memory_length: int = MAX_MEMORY_LENGTH,
+        store: MemoryStore | None = None,
+        max_server_memories: int = DEFAULT_MEMORY_LIMIT,
+        max_personal_memories: int = DEFAULT_MEMORY_LIMIT,
+    ) -> list[Processed]:
+        """Calls in one transaction (one batch of the worker), committed when it ends."""
         async with (store or self.store).transaction() as tx:
-            return await process_tool_call(
-                call, tx, max_memory_length=max_memory_length, reply_ttl_ms=REPLY_TTL_MS
+            return await process_tool_calls(
+                calls,
+                tx,
+                max_memory_length=max_memory_length,
+                reply_ttl_ms=REPLY_TTL_MS,
+                max_server_memories=max_server_memories,
+                max_personal_memories=max_personal_memories,
             )
 
     async def guild(
@@ -287,7 +331,7 @@ async def assert_success_events(
 
     assert isinstance(embed, EmbedRequested)
     assert embed.kind == f"memory_{action}"
-    assert embed.embed.color == (UPDATE_COLOR if action == "updated" else DELETE_COLOR)
+    assert embed.embed.color == EMBED_COLORS[action]
     assert (embed.tool_call_id, embed.channel_id, embed.guild_id, embed.shard_id) == (
         call.tool_call_id,
         call.context.channel_id,

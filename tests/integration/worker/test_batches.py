@@ -6,17 +6,10 @@ import asyncio
 import uuid
 
 from contracts import MemoryStatus, ToolCallRequested
-from tests.integration.worker.checks import MAX_MEMORY_LENGTH, REPLY_TTL_MS, Pipeline
+from tests.integration.worker.checks import Pipeline
 from tests.support.world import participant
 from worker.batching import CallBatcher
-from worker.service import Processed, process_tool_calls
-
-
-async def _run_together(pipeline: Pipeline, calls: list[ToolCallRequested]) -> list[Processed]:
-    async with pipeline.store.transaction() as tx:
-        return await process_tool_calls(
-            calls, tx, max_memory_length=MAX_MEMORY_LENGTH, reply_ttl_ms=REPLY_TTL_MS
-        )
+from worker.service import Processed
 
 
 async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -> None:
@@ -37,7 +30,7 @@ async def test_a_batch_mixes_scopes_successes_and_failures(pipeline: Pipeline) -
         scene.call({"memory_id": 2**40, "memory_content": "x"}),
         scene.call({"memory_id": doomed_id, "memory_content": ""}),
     ]
-    results = await _run_together(pipeline, calls)
+    results = await pipeline.run_together(calls)
 
     assert [r.result.status for r in results] == [
         MemoryStatus.UPDATED,
@@ -67,7 +60,7 @@ async def test_two_changes_of_one_memory_in_a_batch_chain_in_order(pipeline: Pip
         scene.call({"memory_id": memory_id, "memory_content": ""}),
         scene.call({"memory_id": memory_id, "memory_content": "v3"}),
     ]
-    results = await _run_together(pipeline, calls)
+    results = await pipeline.run_together(calls)
 
     assert [r.result.status for r in results] == [
         MemoryStatus.UPDATED,
@@ -92,7 +85,7 @@ async def test_a_batch_answers_calls_seen_before_from_their_record(pipeline: Pip
     first = await pipeline.run(seen)
     fresh = scene.call({"memory_id": memory_id, "memory_content": "v2"})
 
-    again, new = await _run_together(pipeline, [seen, fresh])
+    again, new = await pipeline.run_together([seen, fresh])
 
     assert again.replayed and again.outbox == []
     assert (again.result.status, again.result.message, again.result.data) == (
@@ -122,7 +115,7 @@ async def test_a_batch_refuses_a_reused_id_and_answers_the_others_as_alone(
     fresh = scene.call({"memory_id": memory_id, "memory_content": "v2"})
     failing = scene.call({"memory_id": "nope", "memory_content": "x"})
 
-    refused, new, bad = await _run_together(pipeline, [reused, fresh, failing])
+    refused, new, bad = await pipeline.run_together([reused, fresh, failing])
 
     assert refused.reused_id and refused.outbox == []
     assert refused.result.status is MemoryStatus.INVALID_ARGS
@@ -156,7 +149,7 @@ async def test_two_calls_under_one_id_submitted_together_apply_once_and_refuse_t
     )
 
     batcher: CallBatcher[ToolCallRequested, Processed] = CallBatcher(
-        lambda calls: _run_together(pipeline, calls),
+        pipeline.run_together,
         max_batch=64,
         concurrency=2,
         shared_fault=lambda error: False,

@@ -14,6 +14,7 @@ import contracts
 from contracts import (
     EVENT_TYPES,
     Topology,
+    audit_routing_key,
     audit_stream_arguments,
     cache_routing_key,
     dead_letter_queue_arguments,
@@ -93,7 +94,23 @@ def test_routing_keys_match_the_contract_helpers(document: dict[str, Any]) -> No
     assert channels["cacheInvalidate"]["address"].format(
         cache="user", key="42"
     ) == cache_routing_key("user", "42")
-    assert channels["toolCallRequested"]["address"] == "update_long_term_memory"
+    assert channels["toolCallRequested"]["address"] == "{toolName}"
+    assert channels["toolCallRequested"]["parameters"]["toolName"]["enum"] == [
+        "update_long_term_memory",
+        "create_long_term_memory",
+        "remember_this_fact",
+    ]
+    assert channels["memoryChanged"]["address"].format(
+        action="created", scope="target_user"
+    ) == audit_routing_key("created", "target_user")
+
+
+def test_the_worker_queue_is_bound_to_every_tool_name(document: dict[str, Any]) -> None:
+    topology = Topology()
+    assert document["channels"]["workerQueue"]["x-amqp-queue-bindings"] == [
+        {"exchange": topology.tool_calls_exchange, "routingKey": name}
+        for name in ("update_long_term_memory", "create_long_term_memory", "remember_this_fact")
+    ]
 
 
 def test_queue_arguments_are_the_ones_declared(document: dict[str, Any]) -> None:

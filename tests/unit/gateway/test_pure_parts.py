@@ -9,6 +9,7 @@ import hikari
 import pytest
 
 from contracts import (
+    CREATE_COLOR,
     DELETE_COLOR,
     UPDATE_COLOR,
     CacheName,
@@ -111,6 +112,29 @@ async def test_the_console_sender_writes_to_its_stream() -> None:
     assert "Tomori updated a memory" in stream.getvalue()
     assert "channel 2" in stream.getvalue()
     assert "\x1b" not in stream.getvalue()  # a StringIO is no terminal
+
+
+async def test_the_console_draws_a_created_memory_in_green() -> None:
+    stream = io.StringIO()
+    created = EmbedPayload(
+        title="Tomori learned something new",
+        description="```\nBob hosts movie night\n```",
+        color=CREATE_COLOR,
+        footer="ID:30 · Manage server memories with /memory server",
+    )
+    request = EmbedRequested(
+        tool_call_id="call_1",
+        guild_id="1",
+        channel_id="2",
+        shard_id=0,
+        kind="memory_created",
+        embed=created,
+    )
+    assert await ConsoleSender(stream, ansi=True).send(request) is Delivery.SENT
+    drawn = stream.getvalue()
+    assert "[embed to channel 2 · memory_created]" in drawn
+    assert "\x1b[38;2;46;204;113m▌" in drawn  # 0x2ECC71
+    assert "Bob hosts movie night" in drawn
 
 
 def test_ttl_cache_entries_expire() -> None:

@@ -16,10 +16,8 @@ from contracts import (
     ToolCallContext,
     ToolCallRequested,
 )
-from infra.topology import SUPPORTED_TOOLS
 from tests.unit.worker.given import CHANNEL_ID, GUILD_ID, TRIGGERER_ID, context
 from worker.core.idempotency import (
-    INVALID_ARGS_STATUS,
     TOOL_CALL_ID_REUSED,
     call_fingerprint,
     check_same_call,
@@ -129,17 +127,24 @@ def test_each_part_of_the_call_changes_the_fingerprint(changes: dict[str, Any]) 
 
 def test_the_same_call_is_answered_from_the_record() -> None:
     call = request()
-    assert check_same_call(call, recorded=call_fingerprint(call)) is None
+    assert (
+        check_same_call(
+            call, recorded=call_fingerprint(call), invalid_args=MemoryStatus.INVALID_ARGS
+        )
+        is None
+    )
 
 
 def test_a_record_from_before_fingerprints_answers_any_call_with_its_id() -> None:
-    assert check_same_call(request(), recorded=None) is None
+    assert check_same_call(request(), recorded=None, invalid_args=MemoryStatus.INVALID_ARGS) is None
 
 
 def test_another_call_under_a_used_id_is_refused_as_invalid_arguments() -> None:
     recorded = call_fingerprint(request())
     refused = check_same_call(
-        request({"memory_id": 24, "memory_content": "new"}), recorded=recorded
+        request({"memory_id": 24, "memory_content": "new"}),
+        recorded=recorded,
+        invalid_args=MemoryStatus.INVALID_ARGS,
     )
     assert isinstance(refused, Rejection)
     assert refused.status is MemoryStatus.INVALID_ARGS
@@ -148,7 +153,11 @@ def test_another_call_under_a_used_id_is_refused_as_invalid_arguments() -> None:
     assert "already used for a different call" in refused.message
 
 
-def test_every_tool_the_worker_takes_has_its_invalid_args_status() -> None:
-    assert set(SUPPORTED_TOOLS) <= set(INVALID_ARGS_STATUS)
-    for status in INVALID_ARGS_STATUS.values():
-        assert status.value.endswith("_invalid_args")
+def test_the_refusal_is_in_the_family_of_the_tool_given() -> None:
+    recorded = call_fingerprint(request())
+    refused = check_same_call(
+        request({"memory_id": 25, "memory_content": "x"}),
+        recorded=recorded,
+        invalid_args=MemoryStatus.SAVE_INVALID_ARGS,
+    )
+    assert refused is not None and refused.status is MemoryStatus.SAVE_INVALID_ARGS

@@ -48,6 +48,34 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
     ("memory_deleted", lambda: messages.memory_deleted(24, None)),
     ("memory_deleted", lambda: messages.memory_deleted(24, LABEL)),
     ("database_unavailable", messages.database_unavailable),
+    ("create_arguments_not_object", messages.create_arguments_not_object),
+    ("invalid_new_memory_content", messages.invalid_new_memory_content),
+    ("invalid_memory_scope", messages.invalid_memory_scope),
+    ("missing_target_user", messages.missing_target_user),
+    (
+        "invalid_new_memory_target_user",
+        lambda: messages.invalid_new_memory_target_user("target_user"),
+    ),
+    ("save_internal_error", messages.save_internal_error),
+    ("saving_disabled", messages.saving_disabled),
+    ("empty_new_memory", messages.empty_new_memory),
+    ("save_user_not_found", messages.save_user_not_found),
+    ("save_user_not_stored", lambda: messages.save_user_not_stored(LABEL)),
+    ("save_not_current_member", lambda: messages.save_not_current_member(LABEL)),
+    ("save_dm_other_user", lambda: messages.save_dm_other_user(LABEL)),
+    ("save_privacy_restricted", lambda: messages.save_privacy_restricted(LABEL)),
+    ("duplicate_memory", lambda: messages.duplicate_memory(24, None)),
+    ("duplicate_memory", lambda: messages.duplicate_memory(24, LABEL)),
+    ("limit_exceeded", lambda: messages.limit_exceeded(25, 25, None)),
+    ("limit_exceeded", lambda: messages.limit_exceeded(25, 25, LABEL)),
+    ("memory_saved", lambda: messages.memory_saved(24, None)),
+    ("memory_saved", lambda: messages.memory_saved(24, LABEL)),
+    ("memory_saved_about_a_bot", lambda: messages.memory_saved_about_a_bot(24)),
+    (
+        "memory_saved_about_a_bridge_user",
+        lambda: messages.memory_saved_about_a_bridge_user(24, "Alice"),
+    ),
+    ("save_database_unavailable", messages.save_database_unavailable),
 ]
 
 
@@ -82,6 +110,17 @@ def test_messages_carry_what_the_llm_needs() -> None:
     ):
         assert "ID:24" in text
     assert LABEL in messages.memory_updated(24, LABEL)
+
+
+def test_create_messages_carry_what_the_llm_needs() -> None:
+    assert "ID:24" in messages.duplicate_memory(24, None)
+    assert LABEL in messages.duplicate_memory(24, LABEL)
+    limit = messages.limit_exceeded(25, 20, LABEL)
+    assert "25" in limit and "20" in limit and LABEL in limit
+    assert "update_long_term_memory" in limit
+    assert "ID:24" in messages.memory_saved(24, None)
+    assert '"Alice"' in messages.memory_saved_about_a_bridge_user(24, "Alice")
+    assert "server_wide" in messages.save_user_not_stored(LABEL)
 
 
 def test_not_found_names_the_other_scope_only_when_told() -> None:

@@ -5,16 +5,16 @@
 it gives what a user waited: the console's latency over the last hour. Rows written before
 have none and are left out of it.
 
-Revision ID: 0004_requested_at
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0004_requested_at"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,108 @@
+"""What a tool's pipeline is: the calls of one batch that are its own, decided inside the
+batch's transaction, each answered with its result and the events that go with it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from contracts import (
+    MemoryStatus,
+    ResultData,
+    ToolCallCompleted,
+    ToolCallRequested,
+    ToolStatuses,
+    result_routing_key,
+)
+from worker.adapters.database import ToolCallTransaction
+from worker.adapters.outbox import OutgoingEvent
+from worker.core.model import Rejection, ServerState
+
+__all__ = [
+    "DEFAULT_MEMORY_LIMIT",
+    "ClaimedCall",
+    "Outcome",
+    "PipelineSettings",
+    "ToolPipeline",
+    "answer",
+    "refused",
+]
+
+
+# LTM_MAX_SERVER_MEMORIES' and LTM_MAX_PERSONAL_MEMORIES' default.
+DEFAULT_MEMORY_LIMIT: Final = 25
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """The settings the pipelines decide with."""
+
+    max_memory_length: int
+    reply_ttl_ms: int
+    max_server_memories: int = DEFAULT_MEMORY_LIMIT
+    max_personal_memories: int = DEFAULT_MEMORY_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedCall:
+    """A call whose inbox row this transaction wrote, with the server's state the claim read."""
+
+    call: ToolCallRequested
+    state: ServerState | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A call's answer, and every event queued with it: the result first."""
+
+    result: ToolCallCompleted
+    events: list[OutgoingEvent]
+
+
+class ToolPipeline(Protocol):
+    """One tool: its statuses, and how a batch's calls of it are decided and written."""
+
+    @property
+    def statuses(self) -> ToolStatuses: ...
+
+    def unrecorded(self, *, database_away: bool) -> Rejection:
+        """The answer to a call that could not run: the database away past the retry budget,
+        or a fault of the worker's own. Sent directly, since nothing could record it."""
+        ...
+
+    async def run(
+        self,
+        calls: Sequence[ClaimedCall],
+        tx: ToolCallTransaction,
+        settings: PipelineSettings,
+    ) -> list[Outcome]:
+        """One outcome per call, in order. Calls run in order: a later call sees what an
+        earlier one wrote, as it would in a transaction of its own."""
+        ...
+
+
+def answer(
+    call: ToolCallRequested, status: MemoryStatus, message: str, data: ResultData
+) -> ToolCallCompleted:
+    context = call.context
+    return ToolCallCompleted(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        shard_id=context.shard_id,
+        success=status.success,
+        status=status,
+        message=message,
+        data=data,
+    )
+
+
+def refused(call: ToolCallRequested, rejection: Rejection, reply_ttl_ms: int) -> Outcome:
+    """A failure of the pipeline's steps: the result alone, no embed, invalidation or audit."""
+    result = answer(call, rejection.status, rejection.message, rejection.data)
+    return Outcome(
+        result, [OutgoingEvent(result, result_routing_key(call.context.shard_id), reply_ttl_ms)]
+    )

@@ -1,0 +1,305 @@
+"""`create_long_term_memory` (and its old name `remember_this_fact`): save a new memory
+(LIFECYCLE.md §1).
+
+A batch's creations cost three round trips, as an update does: the claim (shared with the
+batch), the scopes locked and read with the new ids (one pipelined round trip), and the
+inserts with the results and COMMIT. Personal memories in a guild add one before the lock:
+the member directories the names are resolved in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from contracts import (
+    CREATE_STATUSES,
+    CacheInvalidate,
+    EmbedRequested,
+    MemoryCreated,
+    ToolCallRequested,
+    ToolStatuses,
+    audit_routing_key,
+    cache_routing_key,
+    embed_routing_key,
+    result_routing_key,
+)
+from worker.adapters.database import LockedOwner, PlannedCreation, ToolCallTransaction
+from worker.adapters.outbox import OutgoingEvent
+from worker.core import messages
+from worker.core.create import (
+    CreateArguments,
+    NewMemory,
+    ScopeContents,
+    ScopeKey,
+    ServerFallback,
+    check_creation_server_state,
+    check_owner,
+    choose_owner,
+    is_self,
+    parse_create_arguments,
+    prepare_new_content,
+    saved,
+    with_bridge_user_name,
+)
+from worker.core.embed import build_created_embed
+from worker.core.model import (
+    DirectoryMember,
+    Rejection,
+    ResolvedUser,
+    ServerState,
+    StoredUser,
+)
+from worker.core.people import name_of
+from worker.core.resolve import resolve_target_user
+from worker.tools.base import ClaimedCall, Outcome, PipelineSettings, answer, refused
+
+__all__ = ["CREATE", "CreateMemory"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """Steps 1 to 4 passed."""
+
+    call: ToolCallRequested
+    state: ServerState
+    arguments: CreateArguments
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Destined:
+    """Step 5 passed, as far as it goes without the owner's users row: where the memory goes."""
+
+    checked: _Checked
+    key: ScopeKey
+    content: str
+    directory: list[DirectoryMember]
+    owner: ResolvedUser | None = None
+    fallback: ServerFallback | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    memory: NewMemory
+    destined: _Destined
+    owner: StoredUser | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateMemory:
+    """The batch's creations are decided together, each scope's in order of arrival."""
+
+    statuses: ToolStatuses = CREATE_STATUSES
+
+    def unrecorded(self, *, database_away: bool) -> Rejection:
+        if database_away:
+            return Rejection(self.statuses.db_error, messages.save_database_unavailable())
+        return Rejection(self.statuses.internal_error, messages.save_internal_error())
+
+    async def run(
+        self,
+        calls: Sequence[ClaimedCall],
+        tx: ToolCallTransaction,
+        settings: PipelineSettings,
+    ) -> list[Outcome]:
+        decided: list[Rejection | _Checked | _Destined | _Saved] = [
+            _check(claimed, settings.max_memory_length) for claimed in calls
+        ]
+        searched = sorted(
+            {
+                step.state.server_id
+                for step in decided
+                if isinstance(step, _Checked) and _searches_the_directory(step)
+            }
+        )
+        directories = await tx.load_directories(searched) if searched else {}
+        decided = [
+            _destine(step, directories, settings.max_memory_length)
+            if isinstance(step, _Checked)
+            else step
+            for step in decided
+        ]
+        destined = [step for step in decided if isinstance(step, _Destined)]
+        if destined:
+            keys = list(dict.fromkeys(step.key for step in destined))
+            locked = await tx.lock_scopes(keys, new_ids=len(destined))
+            contents = ScopeContents(locked.contents)
+            ids = iter(locked.new_ids)
+            for position, step in enumerate(decided):
+                if isinstance(step, _Destined):
+                    decided[position] = _admit(step, next(ids), locked.owners, contents, settings)
+            await tx.create(
+                [
+                    PlannedCreation(
+                        step.memory,
+                        actor=step.destined.checked.call.context.triggerer_id,
+                        tool_call_id=step.destined.checked.call.tool_call_id,
+                    )
+                    for step in decided
+                    if isinstance(step, _Saved)
+                ]
+            )
+        outcomes = []
+        for claimed, step in zip(calls, decided, strict=True):
+            assert isinstance(step, Rejection | _Saved)  # every step is decided by now
+            outcomes.append(_outcome(claimed.call, step, settings.reply_ttl_ms))
+        return outcomes
+
+
+CREATE: Final = CreateMemory()
+
+
+def _check(claimed: ClaimedCall, max_memory_length: int) -> Rejection | _Checked:
+    """Steps 1 to 4: the first that fails decides the result."""
+    call, state = claimed.call, claimed.state
+    arguments = parse_create_arguments(call.arguments)
+    if isinstance(arguments, Rejection):
+        return arguments
+    refusal = check_creation_server_state(state, call.context)
+    if refusal is not None:
+        return refusal
+    assert state is not None  # check_creation_server_state refuses a missing one
+    content = prepare_new_content(arguments.content, max_memory_length)
+    if isinstance(content, Rejection):
+        return content
+    return _Checked(call, state, arguments, content)
+
+
+def _searches_the_directory(checked: _Checked) -> bool:
+    target = checked.arguments.target_user
+    return target is not None and not is_self(target) and not checked.call.context.is_dm
+
+
+def _destine(
+    checked: _Checked, directories: dict[int, list[DirectoryMember]], max_memory_length: int
+) -> Rejection | _Destined:
+    """Step 5 up to the owner's users row: the person, or the server instead."""
+    context, state = checked.call.context, checked.state
+    server_key = ScopeKey.of_server(state.server_id, state.persona_lineage_id)
+    target_user = checked.arguments.target_user
+    if target_user is None:
+        return _Destined(checked, server_key, checked.content, [])
+    if is_self(target_user):
+        return _Destined(checked, server_key, checked.content, [], fallback=ServerFallback("bot"))
+    directory = directories.get(state.server_id, []) if _searches_the_directory(checked) else []
+    resolution = resolve_target_user(
+        target_user, context.participants, directory, is_dm=context.is_dm
+    )
+    owner = choose_owner(resolution, bot_user_id=context.bot_user_id)
+    if isinstance(owner, Rejection):
+        return owner
+    if isinstance(owner, ServerFallback):
+        content = checked.content
+        if owner.name is not None:
+            written = with_bridge_user_name(content, owner.name, max_memory_length)
+            if isinstance(written, Rejection):
+                return written
+            content = written
+        return _Destined(checked, server_key, content, directory, fallback=owner)
+    owner_key = ScopeKey.of_owner(owner.user_id, state.persona_lineage_id)
+    return _Destined(checked, owner_key, checked.content, directory, owner=owner)
+
+
+def _admit(
+    destined: _Destined,
+    ids: tuple[int, int],
+    owners: dict[str, LockedOwner],
+    contents: ScopeContents,
+    settings: PipelineSettings,
+) -> Rejection | _Saved:
+    """The end of step 5 (the owner's row, read locked), then steps 6 and 7."""
+    checked, owner = destined.checked, destined.owner
+    state, context = checked.state, checked.call.context
+    stored: StoredUser | None = None
+    if owner is not None:
+        locked = owners.get(owner.user_id)
+        stored = locked.stored(state.server_id) if locked is not None else None
+        refusal = check_owner(owner, stored, context=context, directory=destined.directory)
+        if refusal is not None:
+            return refusal
+    limit = settings.max_personal_memories if owner else settings.max_server_memories
+    memory_id, revision_id = ids
+    label = owner.label if owner is not None else None
+    refusal = contents.admit(
+        destined.key, destined.content, memory_id=memory_id, limit=limit, owner_label=label
+    )
+    if refusal is not None:
+        return refusal
+    fallback = destined.fallback
+    memory = NewMemory(
+        scope=destined.key.scope,
+        memory_id=memory_id,
+        revision_id=revision_id,
+        content=destined.content,
+        server_id=state.server_id,
+        persona_id=state.persona_id,
+        persona_lineage_id=state.persona_lineage_id,
+        owner_user_id=stored.user_id if stored is not None else None,
+        owner_disc_id=owner.user_id if owner is not None else None,
+        owner_label=label,
+        fallback=fallback.reason if fallback is not None else None,
+        bridge_user=fallback.name if fallback is not None else None,
+    )
+    return _Saved(memory, destined, stored)
+
+
+def _outcome(call: ToolCallRequested, step: Rejection | _Saved, reply_ttl_ms: int) -> Outcome:
+    if isinstance(step, Rejection):
+        return refused(call, step, reply_ttl_ms)
+    status, message, data = saved(step.memory)
+    result = answer(call, status, message, data)
+    context, memory = call.context, step.memory
+    directory, state = step.destined.directory, step.destined.checked.state
+    embed = EmbedRequested(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        shard_id=context.shard_id,
+        kind="memory_created",
+        embed=build_created_embed(
+            memory,
+            persona_nickname=state.persona_nickname,
+            triggerer_name=name_of(context.triggerer_id, context.participants, directory),
+            owner_name=(
+                name_of(memory.owner_disc_id, context.participants, directory)
+                if memory.owner_disc_id is not None
+                else None
+            ),
+            personal_memories_enabled=state.personal_memories_enabled,
+            owner_blacklisted=step.owner.blacklisted_here if step.owner else False,
+        ),
+    )
+    # A server memory lives in the server's persona state; a personal one in its owner's.
+    invalidation = CacheInvalidate(
+        causation_id=call.event_id,
+        cache="persona_state" if memory.owner_disc_id is None else "user",
+        key=memory.owner_disc_id or context.server_disc_id,
+        tool_call_id=call.tool_call_id,
+    )
+    audit = MemoryCreated(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        revision_id=memory.revision_id,
+        scope=memory.scope,
+        memory_id=memory.memory_id,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        owner_id=memory.owner_disc_id,
+        actor_id=context.triggerer_id,
+        persona_id=state.persona_id,
+        persona_lineage_id=memory.persona_lineage_id,
+        content_before="",
+        content_after=memory.content,
+    )
+    return Outcome(
+        result,
+        [
+            OutgoingEvent(result, result_routing_key(context.shard_id), reply_ttl_ms),
+            OutgoingEvent(embed, embed_routing_key(context.shard_id), reply_ttl_ms),
+            OutgoingEvent(invalidation, cache_routing_key(invalidation.cache, invalidation.key)),
+            OutgoingEvent(audit, audit_routing_key("created", memory.scope)),
+        ],
+    )
