@@ -54,6 +54,14 @@ class Settings(BaseSettings):
     gateway_metrics_port: int = Field(default=9465, ge=0, le=65535)
     user_cache_ttl_s: float = 1800.0
 
+    # `ltm console`: the operators' password as an Argon2 hash (`ltm console hash-password`);
+    # unset, the console does not start. Sessions end this long after the login.
+    console_password_hash: SecretStr | None = None
+    console_session_ttl_s: float = Field(default=8 * 3600.0, gt=0)
+    # Behind a proxy that terminates TLS, the session cookie is marked Secure (it is anyway
+    # when the request itself came over TLS).
+    console_behind_tls: bool = False
+
     @property
     def sqlalchemy_url(self) -> str:
         """The same database through SQLAlchemy's psycopg 3 dialect."""

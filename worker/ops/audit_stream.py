@@ -56,7 +56,9 @@ __all__ = [
     "IDLE_S",
     "TAIL_HEADER",
     "StreamStart",
+    "event_details",
     "event_line",
+    "open_stream",
     "parse_start",
     "run_command",
     "tail_audit",
@@ -146,7 +148,7 @@ async def tail_audit(
     connection.close_callbacks.add(on_close)
     try:
         with _stop_on_signals(stop, enabled=on_signals):
-            async with _stream(connection, topology, origin) as (deliveries, holds_events):
+            async with open_stream(connection, topology, origin) as (deliveries, holds_events):
                 await tail.run(deliveries, holds_events)
     except ChannelNotFoundEntity:
         print(f"{topology.audit_stream} does not exist: run `ltm topology` first", file=err)
@@ -328,7 +330,7 @@ def event_line(event: Event) -> str:
         ABSENT if memory_id is None else str(memory_id),
         ABSENT if revision_id is None else str(revision_id),
         shown_text(event.correlation_id),
-        " ".join(_details(event)),
+        " ".join(event_details(event)),
     )
 
 
@@ -344,7 +346,8 @@ def _unreadable_line(delivery: _Delivery) -> str:
     )
 
 
-def _details(event: Event) -> Iterator[str]:
+def event_details(event: Event) -> Iterator[str]:
+    """What else an event says, beyond its time, type, memory, revision and tool call."""
     if isinstance(event, MemoryChanged):
         yield event.scope
         yield f"guild={event.guild_id or 'dm'}"
@@ -400,7 +403,7 @@ def _offset(message: AbstractIncomingMessage) -> int:
 
 
 @asynccontextmanager
-async def _stream(
+async def open_stream(
     connection: AbstractConnection,
     topology: Topology,
     origin: StreamStart,
