@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     # Behind a proxy that terminates TLS, the session cookie is marked Secure (it is anyway
     # when the request itself came over TLS).
     console_behind_tls: bool = False
+    # How often the overview reads the database and the broker again (and its page asks).
+    console_refresh_s: float = Field(default=5.0, gt=0)
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -64,7 +64,8 @@ __all__ = [
     "tail_audit",
 ]
 
-StreamStart = Literal["first", "last"] | datetime
+# An integer is an offset of the stream (the console resumes an audit page from one).
+StreamStart = Literal["first", "last"] | datetime | int
 
 # Without --follow: stop after this long with no delivery.
 IDLE_S: Final = 1.0
