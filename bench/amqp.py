@@ -62,7 +62,7 @@ def outgoing_call(
     correlation_id: str,
     tool_name: str = UPDATE_LONG_TERM_MEMORY,
 ) -> OutgoingCall:
-    """A call with the properties CONTRACT.md gives every message."""
+    """A call with the properties every message carries (docs/contract.md)."""
     return OutgoingCall(
         body,
         Basic.Properties(

@@ -1,4 +1,4 @@
-"""The contract as an AsyncAPI 3.0 document: every channel, message and operation of CONTRACT.md.
+"""docs/contract.md as an AsyncAPI 3.0 document: every channel, message and operation.
 
 Schemas come from the pydantic models, so the document cannot drift from the code;
 `make asyncapi` writes it to `contracts/asyncapi.yaml`, and a test fails when the committed
@@ -471,7 +471,7 @@ def _message(model: type[Event]) -> dict[str, Any]:
         "bindings": {
             "amqp": {"messageType": model.EVENT_TYPE, "bindingVersion": AMQP_BINDING_VERSION}
         },
-        # Which AMQP basic property carries what (CONTRACT.md, "Identifiers and encoding").
+        # Which AMQP basic property carries what (docs/contract.md, "Identifiers and encoding").
         "x-amqp-properties": properties,
     }
     if about_a_call:

@@ -86,7 +86,7 @@ def decode_tool_call(body: bytes) -> ToolCallRequested:
 
 
 def amqp_properties(event: Event) -> dict[str, Any]:
-    """The AMQP basic properties every message carries (CONTRACT.md), as plain values."""
+    """The AMQP basic properties every message carries (docs/contract.md), as plain values."""
     return {
         "content_type": CONTENT_TYPE,
         "delivery_mode": 2,

@@ -1,7 +1,7 @@
 """Reading memories back from PostgreSQL, for `ltm memory list` and the gateway's reader.
 
-Read-only: servers, personas, users and the two memory tables (what SECURITY.md grants the
-gateway's role). Rows come back as `contracts.memories` models; choosing what a persona sees
+Read-only: servers, personas, users and the two memory tables, nothing a gateway may not
+read. Rows come back as `contracts.memories` models; choosing what a persona sees
 and the order are that module's, so that every reader shows the same.
 """
 

@@ -1,4 +1,4 @@
-"""Every setting of every process, read from the environment (CONTRACT.md, "Settings")."""
+"""Every setting of every process, read from the environment (docs/contract.md, "Settings")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Declares the broker topology of CONTRACT.md, idempotently, under a prefix."""
+"""Declares the broker topology of docs/contract.md, idempotently, under a prefix."""
 
 from __future__ import annotations
 

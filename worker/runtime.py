@@ -1,7 +1,7 @@
 """The long-running worker: consume tool calls, run the pipeline, commit, publish, ack.
 
 Ack comes last: a crash anywhere before it redelivers the call, and the idempotency record
-turns the second run into a repeat of the stored answer (ARCHITECTURE.md, "What survives").
+turns the second run into a repeat of the stored answer (docs/architecture.md, crash table).
 The connection is supervised here rather than by `connect_robust`, so that every reconnect
 rebuilds the channels, the topology and the consumer the same way the first start did.
 """

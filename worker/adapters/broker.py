@@ -267,7 +267,7 @@ def event_properties(
     *,
     replayed: bool = False,
 ) -> Basic.Properties:
-    """The basic properties of an event (CONTRACT.md), time to live included; `replayed`
+    """The basic properties of an event (docs/contract.md), time to live included; `replayed`
     marks an answer repeated from the idempotency record."""
     headers: FieldTable = {"schema_version": SCHEMA_VERSION}
     if replayed:

@@ -269,7 +269,7 @@ _APPLY: Final = psycopg_sql(
     """
 )
 
-# "Within reach" (BEHAVIOUR.md step 8): only memories the caller could address by calling
+# "Within reach" (docs/behaviour.md, update step 8): only memories the caller could reach by calling
 # again are hinted at; anything else stays unmentioned.
 _PERSONAL_MEMORY_WITHIN_REACH: Final = psycopg_sql(
     """
@@ -299,7 +299,7 @@ _SERVER_MEMORY_WITHIN_REACH: Final = psycopg_sql(
 )
 
 
-# The create tool's race freedom (LIFECYCLE.md §1, step 7): a creation locks its scope's
+# The create tool's race freedom (docs/behaviour.md, create step 7): a creation locks its scope's
 # anchor row (the server, or the owner's users row) before its scope is read, so that two
 # transactions creating in one scope take turns, the second reading what the first added.
 # NO KEY UPDATE: the foreign-key checks of other inserts (KEY SHARE) are not blocked. Servers

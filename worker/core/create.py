@@ -1,4 +1,4 @@
-"""The create tool's decisions (LIFECYCLE.md §1): pure functions over the call and its facts.
+"""The create tool's decisions (docs/behaviour.md): pure functions over the call and its facts.
 
 The update path's parts are reused where the steps are the same (server state, sanitizing,
 resolving the person, the personal path's checks); what they refuse is answered with the
@@ -89,7 +89,7 @@ class ServerFallback:
 
 @dataclass(frozen=True, slots=True)
 class ScopeKey:
-    """The memories a new one is counted and compared with (LIFECYCLE.md §1, steps 6 and 7):
+    """The memories a new one is counted and compared with (docs/behaviour.md, create steps 6, 7):
     a server's of one lineage, or one person's of one lineage together with lineage 0."""
 
     scope: MemoryScope

@@ -1,7 +1,7 @@
 """The pipeline's decisions between facts: each gives a Rejection or the way forward.
 
 The adapter loads the facts (server state, the target's `users` row, the directory),
-calls these in the order of BEHAVIOUR.md and stops at the first Rejection.
+calls these in the order of docs/behaviour.md's update steps and stops at the first Rejection.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ TOOL_CALL_ID_REUSED: Final = "tool_call_id_reused"
 
 def call_fingerprint(call: ToolCallRequested) -> str:
     """The SHA-256 (hex) of the call's canonical JSON: tool, arguments, guild, channel,
-    triggerer and persona (BEHAVIOUR.md, "Idempotency").
+    triggerer and persona (docs/behaviour.md, "Idempotency").
 
     Records outlive processes and versions, so the form is fixed: sorted keys, no spaces,
     non-ASCII escaped, ids as strings, the arguments as decoded (not normalized: a redelivery

@@ -267,7 +267,7 @@ def database_unavailable() -> str:
     )
 
 
-# The create tool (LIFECYCLE.md §1), step by step.
+# The create tool (docs/behaviour.md, create steps), step by step.
 
 
 def create_arguments_not_object() -> str:

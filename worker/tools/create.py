@@ -1,5 +1,5 @@
 """`create_long_term_memory` (and its old name `remember_this_fact`): save a new memory
-(LIFECYCLE.md §1).
+(docs/behaviour.md, create steps).
 
 A batch's creations cost three round trips, as an update does: the claim (shared with the
 batch), the scopes locked and read with the new ids (one pipelined round trip), and the

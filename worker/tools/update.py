@@ -1,4 +1,4 @@
-"""`update_long_term_memory`: change or delete one memory (BEHAVIOUR.md, "The sequence")."""
+"""`update_long_term_memory`: change or delete one memory (docs/behaviour.md, update steps)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ async def _decide(
     max_memory_length: int,
     directories: dict[int, list[DirectoryMember]],
 ) -> Rejection | _Planned:
-    """Steps 1 to 7 of BEHAVIOUR.md: the first that fails decides the result."""
+    """Update steps 1 to 7 of docs/behaviour.md: the first that fails decides the result."""
     context = call.context
     arguments = parse_arguments(call.arguments)
     if isinstance(arguments, Rejection):
@@ -187,7 +187,7 @@ async def _decide(
 def _events_of(
     call: ToolCallRequested, result: ToolCallCompleted, committed: _Committed, reply_ttl_ms: int
 ) -> list[OutgoingEvent]:
-    """The result, the embed, one cache invalidation and one audit event (BEHAVIOUR.md step 9)."""
+    """The result, embed, invalidation and audit event (docs/behaviour.md, update step 9)."""
     context = call.context
     planned, written = committed.planned, committed.written
     write, state = planned.write, planned.state

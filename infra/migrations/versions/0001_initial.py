@@ -1,4 +1,4 @@
-"""The tables of CONTRACT.md, the inbox and the outbox.
+"""The tables of docs/contract.md, the inbox and the outbox.
 
 Revision ID: 0001
 Revises:

@@ -273,7 +273,7 @@ async def single_revision(
     owner_user_id: int | None,
     lineage: int,
 ) -> dict[str, Any]:
-    """The one revision of the call, with every column CONTRACT.md names."""
+    """The one revision of the call, with every column docs/contract.md names."""
     revisions = await world.revisions_of_call(call.tool_call_id)
     assert len(revisions) == 1, revisions
     (revision,) = revisions

@@ -1,4 +1,4 @@
-"""The create tool through the real database: every status of LIFECYCLE.md §1, the rows and the
+"""The create tool through the real database: every status of docs/behaviour.md, the rows and the
 events of a saved memory, and a batch's creations of one scope.
 
 (`memory_save_failed_db_error` needs an unreachable database, and two workers racing need

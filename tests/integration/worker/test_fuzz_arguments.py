@@ -148,7 +148,7 @@ def _valid_memory_id(value: Any) -> bool:
 
 
 def invalid_arguments(raw: Any) -> bool:
-    """Step 1 of BEHAVIOUR.md, written out again: the arguments' types and ranges."""
+    """Update step 1 of docs/behaviour.md, written out again: the arguments' types and ranges."""
     if not isinstance(raw, dict):
         return True
     if not _valid_memory_id(raw.get("memory_id")):

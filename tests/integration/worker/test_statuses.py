@@ -1,4 +1,4 @@
-"""Every failure status of CONTRACT.md through the real database: answered, recorded, no write.
+"""Every failure status (docs/behaviour.md) through the real database: answered, recorded, no write.
 
 (`memory_update_failed_db_error` needs an unreachable database; it is tested end to end.)
 """

@@ -129,7 +129,7 @@ def test_queue_arguments_are_the_ones_declared(document: dict[str, Any]) -> None
 
 
 def test_queue_arguments_are_the_contracts() -> None:
-    # Written out from CONTRACT.md's topology table: the helpers are the one source the
+    # Written out from docs/contract.md's topology table: the helpers are the one source the
     # processes and the document share, so only this catches a change to them.
     assert worker_queue_arguments(Topology()) == {
         "x-queue-type": "quorum",

@@ -1,5 +1,5 @@
 """The order of the pipeline's steps: the real `process_tool_call`, the database's answers
-given (BEHAVIOUR.md, "The sequence": the first step that fails decides the result)."""
+given (docs/behaviour.md, update steps: the first step that fails decides the result)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Step 1: the tool call's arguments, exactly as BEHAVIOUR.md describes them."""
+"""Step 1: the tool call's arguments, exactly as docs/behaviour.md describes them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The create tool's decisions (LIFECYCLE.md §1), each step on its own, and its embed."""
+"""The create tool's decisions (docs/behaviour.md, create steps), step by step, and its embed."""
 
 from __future__ import annotations
 

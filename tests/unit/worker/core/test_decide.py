@@ -270,7 +270,7 @@ def test_personal_path_write() -> None:
     assert plan_write(args, "", state(), (ALICE, ALICE_ROW), context=context()).content is None
 
 
-# Step 6: the edit policy (LIFECYCLE.md section 3) travels with the write.
+# Step 6: the edit policy (docs/behaviour.md, "The edit policy") travels with the write.
 
 SERVER_ARGS = MemoryArguments(memory_id=24, content="x", target_user=None)
 PERSONAL_ARGS = MemoryArguments(memory_id=24, content="x", target_user="alice")

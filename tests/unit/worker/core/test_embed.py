@@ -1,4 +1,4 @@
-"""The embed after a committed write (BEHAVIOUR.md, "The embed"), always within Discord's limits."""
+"""The embed after a committed write (docs/behaviour.md, "The embed"), within Discord's limits."""
 
 from __future__ import annotations
 

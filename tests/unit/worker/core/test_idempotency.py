@@ -90,7 +90,7 @@ def test_any_decoded_arguments_have_a_fingerprint(arguments: JsonValue) -> None:
 
 def test_what_a_redelivery_may_change_is_not_part_of_the_call() -> None:
     """A copy of the call from elsewhere: another event, shard, bot process or view of the
-    conversation. BEHAVIOUR.md names what makes the call: tool, arguments, guild, channel,
+    conversation. docs/behaviour.md names what makes the call: tool, arguments, guild, channel,
     triggerer, persona."""
     first = request()
     copy = request(

@@ -1,4 +1,4 @@
-"""Step 5: resolving `target_user`, stage by stage (BEHAVIOUR.md, "Resolving target_user")."""
+"""Step 5: resolving `target_user`, stage by stage (docs/behaviour.md, "Resolving target_user")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Placeholder sanitizing (the table of BEHAVIOUR.md) and the content check of step 4."""
+"""Placeholder sanitizing (the table of docs/behaviour.md) and the content check of step 4."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from contracts import MemoryStatus
 from worker.core.model import Rejection
 from worker.core.sanitize import prepare_content, sanitize_placeholders
 
-# Every row of the table in BEHAVIOUR.md, "Sanitizing placeholders".
+# Every row of the table in docs/behaviour.md, "Sanitizing placeholders".
 SPEC_TABLE = [
     ("{alice} likes {user}", "alice likes {user}"),
     ("{User} and {BOT}", "{User} and {BOT}"),
