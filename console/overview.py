@@ -78,7 +78,8 @@ class Overview:
 
     async def _read_database(self, now: datetime) -> tuple[Any, int]:
         since = self.history.reread_from(now)
-        minutes = await self.statistics.minutes(since)
+        # A call stamped a moment after `now` belongs to the next refresh.
+        minutes = await self.statistics.minutes(since, now)
         backlog = await self.statistics.backlog(since, now)
         self.history.merge(since, now, minutes, backlog)
         return await self.statistics.recent(now), await self.statistics.outbox_backlog()

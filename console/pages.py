@@ -293,7 +293,7 @@ async def restore_page(request: web.Request) -> web.Response:
             "revision": revision,
             "current": current,
             "restored": restored,
-            "pieces": diff(current, restored),
+            "change": diff(current, restored),
         },
     )
 

@@ -25,7 +25,7 @@ _CALLS: Final = text(
     """
     SELECT date_trunc('minute', completed_at) AS minute, status, tool_name, count(*) AS calls
     FROM tool_call_inbox
-    WHERE completed_at >= :since
+    WHERE completed_at >= :since AND completed_at < :until
     GROUP BY 1, 2, 3
     """
 )
@@ -36,7 +36,7 @@ _LATENCIES: Final = text(
            percentile_cont(0.5) WITHIN GROUP (ORDER BY {_LATENCY}) AS p50,
            percentile_cont(0.99) WITHIN GROUP (ORDER BY {_LATENCY}) AS p99
     FROM tool_call_inbox
-    WHERE completed_at >= :since AND requested_at IS NOT NULL
+    WHERE completed_at >= :since AND completed_at < :until AND requested_at IS NOT NULL
     GROUP BY 1
     """
 )
@@ -89,16 +89,17 @@ class CallStatistics:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def minutes(self, since: datetime) -> list[CallBucket]:
-        """Every minute from `since` (a minute's start) with answered calls."""
+    async def minutes(self, since: datetime, until: datetime) -> list[CallBucket]:
+        """Every minute from `since` (a minute's start) to `until` with answered calls."""
+        window = {"since": since, "until": until}
         counts: dict[datetime, tuple[dict[str, int], dict[str, int]]] = {}
         latencies: dict[datetime, tuple[float | None, float | None]] = {}
         async with self.engine.connect() as connection:
-            for row in await connection.execute(_CALLS, {"since": since}):
+            for row in await connection.execute(_CALLS, window):
                 by_status, by_tool = counts.setdefault(row.minute, ({}, {}))
                 by_status[row.status] = by_status.get(row.status, 0) + row.calls
                 by_tool[row.tool_name] = by_tool.get(row.tool_name, 0) + row.calls
-            for row in await connection.execute(_LATENCIES, {"since": since}):
+            for row in await connection.execute(_LATENCIES, window):
                 latencies[row.minute] = (_seconds(row.p50), _seconds(row.p99))
         return [
             CallBucket(minute, by_status, by_tool, *latencies.get(minute, (None, None)))

@@ -34,6 +34,8 @@
             label: name,
             stroke: palette[i % palette.length],
             width: 1.5,
+            // A minute with calls between quiet ones is a point, not a line to nowhere.
+            points: { show: true, size: 4 },
             value: (u, v) => (v === null || v === undefined ? "–" : v.toFixed(opts.digits)),
           })),
         ],
