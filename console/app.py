@@ -27,6 +27,7 @@ from console.security import (
     logout,
     require_session,
     security_headers,
+    services_unavailable,
 )
 from console.state import STATE, Console, Notice
 from contracts import Topology
@@ -84,7 +85,7 @@ def create_app(settings: Settings, *, throttle: LoginThrottle | None = None) -> 
         sessions=Sessions(ttl_s=settings.console_session_ttl_s),
         throttle=throttle or LoginThrottle(),
     )
-    app = web.Application(middlewares=[require_session])
+    app = web.Application(middlewares=[require_session, services_unavailable])
     app[STATE] = console
     app.on_response_prepare.append(security_headers)
     aiohttp_jinja2.setup(

@@ -9,7 +9,9 @@ from typing import Final
 from urllib.parse import quote, urlsplit
 
 import aiohttp_jinja2
+import sqlalchemy.exc
 from aiohttp import web
+from aiormq.exceptions import AMQPError
 
 from console.core.sessions import csrf_matches, operator_name
 from console.passwords import verify_password
@@ -26,6 +28,7 @@ __all__ = [
     "require_session",
     "security_headers",
     "see_other",
+    "services_unavailable",
 ]
 
 log = get_logger("ltm.console")
@@ -89,6 +92,26 @@ async def require_session(request: web.Request, handler: Handler) -> web.StreamR
             )
     set_session(request, session)
     return await handler(request)
+
+
+@web.middleware
+async def services_unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A broker or database that does not answer: a page that says which (503), not a
+    traceback."""
+    failure: Exception
+    try:
+        return await handler(request)
+    except (AMQPError, OSError) as error:
+        service, failure = "broker", error
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
+        service, failure = "database", error
+    log.error("a service did not answer", service=service, path=request.path, error=repr(failure))
+    return aiohttp_jinja2.render_template(
+        "unavailable.html",
+        request,
+        {"service": service, "error": f"{type(failure).__name__}: {failure}"},
+        status=503,
+    )
 
 
 def _local_path(target: str | None) -> str:

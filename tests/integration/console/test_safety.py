@@ -10,6 +10,7 @@ from console.app import create_app
 from tests.integration.console.conftest import PASSWORD, Scene, console_settings
 from tests.integration.ops.seeding import tool_call, worker_dead_letter
 from tests.support.broker import queue_depth
+from tests.support.processes import free_port
 from tests.support.world import World
 
 
@@ -147,3 +148,19 @@ async def test_logging_out_ends_the_session(scene: Scene) -> None:
 
     assert out.status == 303
     assert (await scene.client.get("/overview.json")).status == 401
+
+
+async def test_a_broker_that_does_not_answer_gets_a_page_that_says_so(scene: Scene) -> None:
+    nowhere = scene.settings.model_copy(
+        update={"amqp_url": f"amqp://guest:guest@127.0.0.1:{free_port()}/"}
+    )
+    async with TestClient(TestServer(create_app(nowhere))) as client:
+        await client.post("/login", data={"name": "ann", "password": PASSWORD})
+        page = await client.get("/dead-letters")
+        text = await page.text()
+        overview = await (await client.get("/overview.json")).json()
+
+    assert page.status == 503
+    assert "The broker did not answer" in text
+    assert "broker" in overview["problems"]
+    assert overview["tiles"]["answered_last_hour"] >= 0  # the database's part still comes
