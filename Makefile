@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 run: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
 run: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 
-.PHONY: install run test test-fast lint bench chaos asyncapi services check-services clean
+.PHONY: install run test test-fast lint bench chaos asyncapi services check-services clean \
+	console console-assets screenshots
 
 install: $(STAMP)
 
@@ -67,6 +68,35 @@ chaos: install check-services
 
 asyncapi: install
 	$(BIN)/python -m contracts.asyncapi > contracts/asyncapi.yaml
+
+# `ltm console` on the settings of `make run`; LTM_CONSOLE_PASSWORD_HASH must be set (README).
+console: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
+console: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
+console: install check-services
+	@$(BIN)/ltm console
+
+# The console's one JavaScript library, from the npm registry at a pinned version whose
+# tarball must match the registry's integrity hash, copied with its licence into the package
+# (committed: nothing is fetched when the console runs). `make console-assets` reproduces it.
+UPLOT_VERSION := 1.6.32
+UPLOT_INTEGRITY := sha512-KIMVnG68zvu5XXUbC4LQEPnhwOxBuLyW1AHtpm6IKTXImkbLgkMy+jabjLgSLMasNuGGzQm/ep3tOkyTxpiQIw==
+VENDOR := console/static/vendor
+
+console-assets:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd "$$tmp" && npm pack --silent uplot@$(UPLOT_VERSION) >/dev/null); \
+	tarball="$$tmp/uplot-$(UPLOT_VERSION).tgz"; \
+	python3 -c 'import base64, hashlib, sys; digest = hashlib.sha512(open(sys.argv[1], "rb").read()).digest(); sys.exit(0 if "sha512-" + base64.b64encode(digest).decode() == sys.argv[2] else "uplot: the tarball does not match $(UPLOT_INTEGRITY)")' "$$tarball" '$(UPLOT_INTEGRITY)'; \
+	tar xzf "$$tarball" -C "$$tmp"; \
+	mkdir -p $(VENDOR); \
+	cp "$$tmp/package/dist/uPlot.iife.min.js" "$$tmp/package/dist/uPlot.min.css" $(VENDOR)/; \
+	cp "$$tmp/package/LICENSE" $(VENDOR)/uPlot.LICENSE; \
+	printf 'uplot %s (MIT), npm tarball %s\n' '$(UPLOT_VERSION)' '$(UPLOT_INTEGRITY)' > $(VENDOR)/VERSIONS; \
+	echo "console assets: uplot $(UPLOT_VERSION) in $(VENDOR)"
+
+# Runs the console's browser tests and keeps their screenshots for the README.
+screenshots: install check-services
+	LTM_SCREENSHOTS=docs/screenshots $(BIN)/pytest -q tests/e2e/test_console.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

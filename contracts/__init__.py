@@ -42,6 +42,13 @@ from contracts.memories import (
     memory_lines,
     newest_first,
 )
+from contracts.operator import (
+    DeadLettersPurged,
+    DeadLettersReplayed,
+    OperatorAction,
+    ReplayedCall,
+    operator_routing_key,
+)
 from contracts.results import MemoryFallback, MemoryScope, ResultData, ToolCallCompleted
 from contracts.statuses import CREATE_STATUSES, UPDATE_STATUSES, MemoryStatus, ToolStatuses
 from contracts.tool_calls import (
@@ -110,6 +117,8 @@ __all__ = [
     "Binding",
     "CacheInvalidate",
     "CacheName",
+    "DeadLettersPurged",
+    "DeadLettersReplayed",
     "Declarations",
     "DiscordId",
     "EmbedField",
@@ -127,10 +136,12 @@ __all__ = [
     "MemoryScope",
     "MemoryStatus",
     "MemoryUpdated",
+    "OperatorAction",
     "Participant",
     "ParticipantId",
     "PersonalMemory",
     "QueueDeclaration",
+    "ReplayedCall",
     "ResultData",
     "ServerMemories",
     "ServerMemory",
@@ -161,6 +172,7 @@ __all__ = [
     "newest_first",
     "openai_tool",
     "openai_tools",
+    "operator_routing_key",
     "result_routing_key",
     "rfc3339_utc",
     "shard_declarations",

@@ -23,6 +23,7 @@ from contracts.dead_letters import (
 )
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
+from contracts.operator import DeadLettersPurged, DeadLettersReplayed, operator_routing_key
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import TOOL_NAMES, ToolCallRequested
 from contracts.topology import (
@@ -51,6 +52,7 @@ _MESSAGE_NAMES: Final[dict[type[Event], str]] = {
     model: model.__name__ for model in EVENT_TYPES.values()
 }
 _AUDIT_MODELS: Final = (MemoryCreated, MemoryUpdated, MemoryDeleted, MemoryRestored)
+_OPERATOR_MODELS: Final = (DeadLettersReplayed, DeadLettersPurged)
 # Everything the worker emits on the events exchange (all but the bots' tool calls).
 _EMITTED_MODELS: Final = tuple(
     model for model in EVENT_TYPES.values() if model is not ToolCallRequested
@@ -65,6 +67,8 @@ _SUMMARIES: Final[dict[type[Event], str]] = {
     MemoryUpdated: "Audit: a memory's content was replaced.",
     MemoryDeleted: "Audit: a memory was deleted.",
     MemoryRestored: "Audit: a memory was put back as it was before a revision.",
+    DeadLettersReplayed: "Audit: an operator sent dead-lettered tool calls back to the worker.",
+    DeadLettersPurged: "Audit: an operator emptied the dead-letter queue.",
 }
 
 
@@ -244,6 +248,13 @@ def _channels(topology: Topology) -> dict[str, Any]:
             },
             "bindings": _exchange_binding(topology.events_exchange),
         },
+        "operatorAction": {
+            "address": operator_routing_key("{action}"),
+            "description": "What an operator did by hand to the dead letters (the console).",
+            "messages": _messages_of(*_OPERATOR_MODELS),
+            "parameters": {"action": {"enum": [model.ACTION for model in _OPERATOR_MODELS]}},
+            "bindings": _exchange_binding(topology.events_exchange),
+        },
         "deadLetter": {
             "address": "{toolName}",
             "description": (
@@ -379,6 +390,13 @@ def _operations() -> dict[str, Any]:
             "memoryChanged",
             audit,
             "The worker (and `ltm memory restore`) records every change.",
+            binding=persistent,
+        ),
+        "sendOperatorAction": _operation(
+            "send",
+            "operatorAction",
+            [_MESSAGE_NAMES[model] for model in _OPERATOR_MODELS],
+            "The operator console records each replay and purge, with the operator's name.",
             binding=persistent,
         ),
         "deadLetterToolCall": _operation(

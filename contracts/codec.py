@@ -13,6 +13,7 @@ from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, Memory
 from contracts.cache import CacheInvalidate
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
+from contracts.operator import DeadLettersPurged, DeadLettersReplayed
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import ToolCallRequested
 
@@ -52,6 +53,8 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         MemoryUpdated,
         MemoryDeleted,
         MemoryRestored,
+        DeadLettersReplayed,
+        DeadLettersPurged,
     )
 }
 

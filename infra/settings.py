@@ -118,6 +118,16 @@ class Settings(BaseSettings):
         """The broker user `amqp_url` logs in as (`broker_user`)."""
         return broker_user(self.amqp_url)
 
+    # `ltm console`: the operators' password as an Argon2 hash (`ltm console hash-password`);
+    # unset, the console does not start. Sessions end this long after the login.
+    console_password_hash: SecretStr | None = None
+    console_session_ttl_s: float = Field(default=8 * 3600.0, gt=0)
+    # Behind a proxy that terminates TLS, the session cookie is marked Secure (it is anyway
+    # when the request itself came over TLS).
+    console_behind_tls: bool = False
+    # How often the overview reads the database and the broker again (and its page asks).
+    console_refresh_s: float = Field(default=5.0, gt=0)
+
     @property
     def sqlalchemy_url(self) -> str:
         """The same database through SQLAlchemy's psycopg 3 dialect."""

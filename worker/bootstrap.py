@@ -22,6 +22,7 @@ __all__ = [
     "audit",
     "build_worker",
     "call",
+    "console",
     "declare_topology",
     "dlq",
     "memory",
@@ -130,3 +131,9 @@ async def memory(settings: Settings, args: argparse.Namespace) -> int:
     from worker.ops.revisions import restore
 
     return await restore(settings, args.revision_id, actor=args.actor, as_json=args.as_json)
+
+
+async def console(settings: Settings, host: str, port: int) -> int:
+    from console.app import run_console
+
+    return await run_console(settings, host, port)

@@ -314,6 +314,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="also this user's personal memories (repeatable)",
     )
     _json_flag(listing, "list_memories")
+
+    console = _command(
+        commands,
+        "console",
+        "serve the operators' web console",
+        "Overview, dead letters (replay, purge), memories (history, restore) and the audit "
+        "stream in a browser. It needs LTM_CONSOLE_PASSWORD_HASH (`ltm console hash-password` "
+        "makes one) and runs with the operator's LTM_DATABASE_URL and LTM_AMQP_URL; every "
+        "replay, purge and restore is recorded as console:<the name given at login>.",
+    )
+    console.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address to listen on (default: 127.0.0.1, this host only)",
+    )
+    console.add_argument(
+        "--port", type=int, default=8080, metavar="PORT", help="the port (default: 8080)"
+    )
+    console_commands = console.add_subparsers(
+        dest="console_command", metavar="ACTION", title="actions"
+    )
+    _command(
+        console_commands,
+        "hash-password",
+        "print the hash of a password for LTM_CONSOLE_PASSWORD_HASH",
+        "Asks for the password twice on a terminal, or reads one line from standard input, "
+        "and prints its Argon2id hash. At least 12 characters.",
+    )
     return parser
 
 
@@ -428,6 +457,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             return _run(bootstrap.audit(settings, args))
         case "memory":
             return _run(bootstrap.memory(settings, args))
+        case "console":
+            if args.console_command == "hash-password":
+                from console.passwords import print_password_hash
+
+                return print_password_hash()
+            return _run(bootstrap.console(settings, args.host, args.port))
     return ExitCode.USAGE  # pragma: no cover - argparse rejects unknown commands
 
 

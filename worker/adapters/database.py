@@ -23,7 +23,7 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event
+from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event, rfc3339_utc
 from worker.adapters.outbox import (
     _MARK_PUBLISHED,
     OUTBOX_INSERT,
@@ -128,12 +128,15 @@ _CLAIM: Final = psycopg_sql(
     WITH input AS (
         SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
             tool_call_id text, event_id uuid, tool_name text, guild_id text, channel_id text,
-            shard_id integer, server_disc_id text, persona_id integer, fingerprint text
+            shard_id integer, server_disc_id text, persona_id integer, fingerprint text,
+            requested_at timestamptz
         )
     ), claimed AS (
         INSERT INTO tool_call_inbox
-            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint)
-        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint
+            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint,
+             requested_at)
+        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint,
+               requested_at
         FROM input ORDER BY tool_call_id
         ON CONFLICT (tool_call_id) DO NOTHING
         RETURNING tool_call_id
@@ -392,12 +395,13 @@ _COMMIT: Final = "COMMIT"
 _ROLLBACK: Final = "ROLLBACK"
 
 # Every result and event of a batch: the last statement, sent with COMMIT. It returns
-# nothing, so that the two travel in one round trip.
+# nothing, so that the two travel in one round trip. `completed_at` is the clock's time, not
+# the transaction's start: with the request's time it is what the user waited.
 _FINISH: Final = psycopg_sql(
     f"""
     WITH answered AS (
         UPDATE tool_call_inbox AS inbox
-        SET status = a.status, result = a.result, completed_at = now()
+        SET status = a.status, result = a.result, completed_at = clock_timestamp()
         FROM json_to_recordset(CAST(:answers AS json)) AS a(
             tool_call_id text, status text, result jsonb
         )
@@ -495,6 +499,7 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
                     "server_disc_id": call.context.server_disc_id,
                     "persona_id": call.context.persona_id,
                     "fingerprint": call_fingerprint(call),
+                    "requested_at": rfc3339_utc(call.occurred_at),
                 }
                 for call in calls
             ]

@@ -30,6 +30,8 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 
 from contracts import (
     CacheInvalidate,
+    DeadLettersPurged,
+    DeadLettersReplayed,
     EmbedRequested,
     Event,
     InvalidEnvelope,
@@ -54,13 +56,16 @@ __all__ = [
     "IDLE_S",
     "TAIL_HEADER",
     "StreamStart",
+    "event_details",
     "event_line",
+    "open_stream",
     "parse_start",
     "run_command",
     "tail_audit",
 ]
 
-StreamStart = Literal["first", "last"] | datetime
+# An integer is an offset of the stream (the console resumes an audit page from one).
+StreamStart = Literal["first", "last"] | datetime | int
 
 # Without --follow: stop after this long with no delivery.
 IDLE_S: Final = 1.0
@@ -144,7 +149,7 @@ async def tail_audit(
     connection.close_callbacks.add(on_close)
     try:
         with _stop_on_signals(stop, enabled=on_signals):
-            async with _stream(connection, topology, origin) as (deliveries, holds_events):
+            async with open_stream(connection, topology, origin) as (deliveries, holds_events):
                 await tail.run(deliveries, holds_events)
     except ChannelNotFoundEntity:
         print(f"{topology.audit_stream} does not exist: run `ltm topology` first", file=err)
@@ -326,7 +331,7 @@ def event_line(event: Event) -> str:
         ABSENT if memory_id is None else str(memory_id),
         ABSENT if revision_id is None else str(revision_id),
         shown_text(event.correlation_id),
-        " ".join(_details(event)),
+        " ".join(event_details(event)),
     )
 
 
@@ -342,7 +347,8 @@ def _unreadable_line(delivery: _Delivery) -> str:
     )
 
 
-def _details(event: Event) -> Iterator[str]:
+def event_details(event: Event) -> Iterator[str]:
+    """What else an event says, beyond its time, type, memory, revision and tool call."""
     if isinstance(event, MemoryChanged):
         yield event.scope
         yield f"guild={event.guild_id or 'dm'}"
@@ -366,6 +372,13 @@ def _details(event: Event) -> Iterator[str]:
     elif isinstance(event, ToolCallRequested):
         yield shown_text(event.tool_name)
         yield f"guild={event.context.guild_id or 'dm'}"
+    elif isinstance(event, DeadLettersReplayed):
+        yield f"actor={shown_text(event.actor)}"
+        yield f"replayed={len(event.replayed)}"
+        yield f"failed={event.failed}"
+    elif isinstance(event, DeadLettersPurged):
+        yield f"actor={shown_text(event.actor)}"
+        yield f"removed={event.removed}"
 
 
 def _json_line(body: bytes) -> str | None:
@@ -391,7 +404,7 @@ def _offset(message: AbstractIncomingMessage) -> int:
 
 
 @asynccontextmanager
-async def _stream(
+async def open_stream(
     connection: AbstractConnection,
     topology: Topology,
     origin: StreamStart,

@@ -44,12 +44,18 @@ __all__ = [
     "DELIVERY_PATIENCE_S",
     "DeadLetter",
     "DeadLetterSource",
+    "HeldDeadLetter",
+    "ReplayReport",
+    "Replayed",
     "dead_letter_rows",
     "describe",
     "inspect_dead_letters",
     "list_dead_letters",
     "original_routing_key",
+    "purge",
     "purge_dead_letters",
+    "read_dead_letters",
+    "replay",
     "replay_dead_letters",
     "replay_message",
     "run_command",
@@ -83,6 +89,15 @@ class DeadLetter:
     reason: str
     failed_at: datetime | None
     attempts: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HeldDeadLetter:
+    """A dead letter with its body, as the broker holds it (for a person to read)."""
+
+    entry: DeadLetter
+    body: bytes
+    content_type: str | None
 
 
 def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter:
@@ -172,13 +187,25 @@ async def inspect_dead_letters(
     settings: Settings, *, limit: int = DEFAULT_LIMIT
 ) -> tuple[list[DeadLetter], int]:
     """The dead letters (at most `limit`) and how many the queue holds; consumes nothing."""
+    held, total = await read_dead_letters(settings, limit=limit)
+    return [letter.entry for letter in held], total
+
+
+async def read_dead_letters(
+    settings: Settings, *, limit: int = DEFAULT_LIMIT
+) -> tuple[list[HeldDeadLetter], int]:
+    """`inspect_dead_letters` with each body; raises `ChannelNotFoundEntity` when there is no
+    dead-letter queue."""
     topology = Topology(settings.amqp_prefix)
     async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
         queue = await _dead_letter_queue(channel, topology)
         total = _message_count(queue)
         held = await _hold(queue, min(total, limit))
         # Closing the channel without acknowledging hands every message back to the queue.
-        return [describe(message, topology) for message in held], total
+        return [
+            HeldDeadLetter(describe(message, topology), message.body, message.content_type)
+            for message in held
+        ], total
 
 
 async def list_dead_letters(
@@ -255,21 +282,35 @@ async def replay_dead_letters(
         return ExitCode.USAGE
     topology = Topology(settings.amqp_prefix)
     try:
-        async with (
-            _connection(settings) as connection,
-            _dead_letter_channel(connection) as channel,
-        ):
-            queue = await _dead_letter_queue(channel, topology)
-            exchange = await channel.get_exchange(topology.tool_calls_exchange)
-            replayer = _Replayer(exchange, topology, settings.amqp_user)
-            if event_id is not None:
-                report = await replayer.one(queue, event_id, limit)
-            else:
-                report = await replayer.everything(queue)
+        report = await replay(settings, event_id=event_id, limit=limit)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
-    report.show(topology, exchange.name, as_json=as_json, out=out, err=err)
+    report.show(topology, topology.tool_calls_exchange, as_json=as_json, out=out, err=err)
     return report.exit_code
+
+
+async def replay(
+    settings: Settings, *, event_id: str | None, limit: int = DEFAULT_LIMIT
+) -> ReplayReport:
+    """Replays the dead letter with `event_id` (every copy of it), or every dead letter there
+    is now when None; each copy is acked only after the broker confirmed its republish.
+    Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
+    topology = Topology(settings.amqp_prefix)
+    async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
+        queue = await _dead_letter_queue(channel, topology)
+        exchange = await channel.get_exchange(topology.tool_calls_exchange)
+        replayer = _Replayer(exchange, topology, settings.amqp_user)
+        if event_id is not None:
+            return await replayer.one(queue, event_id, limit)
+        return await replayer.everything(queue)
+
+
+async def purge(settings: Settings) -> int:
+    """Empties the dead-letter queue now, without asking; how many messages it removed.
+    Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
+    topology = Topology(settings.amqp_prefix)
+    async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
+        return await _purge(await _dead_letter_queue(channel, topology))
 
 
 async def purge_dead_letters(
@@ -300,7 +341,7 @@ async def purge_dead_letters(
                 print("nothing removed (answer y, or pass --yes)", file=notes)
                 code = ExitCode.FAILED
             else:
-                removed = int((await queue.purge()).message_count or 0)
+                removed = await _purge(queue)
                 print(f"removed {removed} dead-lettered message(s)", file=notes)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
@@ -309,8 +350,12 @@ async def purge_dead_letters(
     return code
 
 
+async def _purge(queue: AbstractQueue) -> int:
+    return int((await queue.purge()).message_count or 0)
+
+
 @dataclass(frozen=True, slots=True)
-class _Replayed:
+class Replayed:
     """One dead letter sent back, or the reason it was not (`error`)."""
 
     entry: DeadLetter
@@ -318,14 +363,27 @@ class _Replayed:
 
 
 @dataclass(frozen=True, slots=True)
-class _ReplayReport:
-    """What a replay did, printed once it is over."""
+class ReplayReport:
+    """What a replay did: `ltm dlq replay` prints it once it is over."""
 
-    replays: list[_Replayed]
+    replays: list[Replayed]
     total: int
     unknown_id: str | None = None
     # `--all`: ends with how many of the queue's messages went back.
     whole_queue: bool = False
+
+    @property
+    def replayed(self) -> list[DeadLetter]:
+        return [replay.entry for replay in self.replays if replay.error is None]
+
+    @property
+    def failed(self) -> list[Replayed]:
+        return [replay for replay in self.replays if replay.error is not None]
+
+    @property
+    def not_reached(self) -> int:
+        """Messages the queue held that this replay did not get to (run it again)."""
+        return self.total - len(self.replays)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -350,8 +408,8 @@ class _ReplayReport:
                     f"to {exchange} with routing key {entry.routing_key}",
                     file=out,
                 )
-        replayed = [replay.entry for replay in self.replays if replay.error is None]
-        not_reached = self.total - len(self.replays)
+        replayed = self.replayed
+        not_reached = self.not_reached
         if self.unknown_id is not None:
             print(
                 f"no dead-lettered message with event id {self.unknown_id} "
@@ -393,22 +451,22 @@ class _Replayer:
     topology: Topology
     user_id: str | None  # the operator's broker user, on every replayed call
 
-    async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> _ReplayReport:
+    async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> ReplayReport:
         total = _message_count(queue)
         held = await _hold(queue, min(total, limit))
         # At-least-once dead-lettering may have stored a message twice: replay every copy.
         matches = [m for m in held if describe(m, self.topology).event_id == event_id]
         if not matches:
-            return _ReplayReport([], len(held), unknown_id=event_id)
-        return _ReplayReport([await self.replay(message) for message in matches], len(matches))
+            return ReplayReport([], len(held), unknown_id=event_id)
+        return ReplayReport([await self.replay(message) for message in matches], len(matches))
 
-    async def everything(self, queue: AbstractQueue) -> _ReplayReport:
+    async def everything(self, queue: AbstractQueue) -> ReplayReport:
         # Only what is there now: a replayed call the worker dead-letters again joins the
         # queue's tail and must not be replayed a second time in this run.
         total = _message_count(queue)
         if total == 0:
-            return _ReplayReport([], 0, whole_queue=True)
-        results: list[asyncio.Task[_Replayed]] = []
+            return ReplayReport([], 0, whole_queue=True)
+        results: list[asyncio.Task[Replayed]] = []
 
         def confirms_pending() -> bool:
             return any(not task.done() for task in results)
@@ -418,9 +476,9 @@ class _Replayer:
                 queue, total, prefetch=REPLAY_WINDOW, waiting_for_acks=confirms_pending
             ):
                 results.append(replays.create_task(self.replay(message)))
-        return _ReplayReport([task.result() for task in results], total, whole_queue=True)
+        return ReplayReport([task.result() for task in results], total, whole_queue=True)
 
-    async def replay(self, message: AbstractIncomingMessage) -> _Replayed:
+    async def replay(self, message: AbstractIncomingMessage) -> Replayed:
         entry = describe(message, self.topology)
         replayed = replay_message(message, user_id=self.user_id)
         try:
@@ -437,9 +495,9 @@ class _Replayer:
                 await self.exchange.publish(replayed, routing_key=entry.routing_key)
         except DeliveryError as error:
             # Unconfirmed or unroutable: the dead-letter copy stays where it is.
-            return _Replayed(entry, _refusal(error, entry.routing_key))
+            return Replayed(entry, _refusal(error, entry.routing_key))
         await message.ack()
-        return _Replayed(entry)
+        return Replayed(entry)
 
 
 def _refusal(error: DeliveryError, routing_key: str) -> str:

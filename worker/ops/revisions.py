@@ -11,16 +11,13 @@ from typing import Final, TextIO
 from contracts import (
     CacheInvalidate,
     MemoryRestored,
-    Topology,
     audit_routing_key,
     cache_routing_key,
 )
-from infra import amqp
 from infra.logs import get_logger
 from infra.settings import Settings
-from worker.adapters.broker import EventPublisher
 from worker.adapters.database import create_engine
-from worker.adapters.outbox import OutboxStore, OutgoingEvent, queue_events
+from worker.adapters.outbox import OutgoingEvent, queue_events
 from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore, UnchangedMemory
 from worker.ops.output import (
     ExitCode,
@@ -31,8 +28,16 @@ from worker.ops.output import (
     shown_text,
     shown_time,
 )
+from worker.ops.recording import publish_queued
 
-__all__ = ["HISTORY_HEADER", "history_rows", "print_history", "restore", "restore_events"]
+__all__ = [
+    "HISTORY_HEADER",
+    "history_rows",
+    "print_history",
+    "restore",
+    "restore_events",
+    "restore_revision",
+]
 
 log = get_logger("ltm.ops")
 
@@ -137,34 +142,19 @@ async def restore(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Commits the content, its revision and its events together, then publishes the events.
+    """`ltm memory restore REVISION`: `restore_revision`, printed.
 
-    If publishing fails after the commit, a running worker's outbox sweep publishes them.
-    Exit code 0; 3 when there is no such revision.
+    Exit code 0 (also when there was nothing to change); 3 when there is no such revision.
     """
     out, err = out or sys.stdout, err or sys.stderr
-    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
-    tool_call_id = f"restore:{revision_id}:{uuid.uuid4()}"
-    try:
-        async with RevisionStore(engine).restoring(
-            revision_id, actor=actor, tool_call_id=tool_call_id
-        ) as (restored, connection):
-            if restored is None:
-                print(f"ltm memory restore: no revision {revision_id}", file=err)
-                return ExitCode.NOT_FOUND
-            if isinstance(restored, UnchangedMemory):
-                _print_unchanged(restored, revision_id, as_json=as_json, out=out)
-                return ExitCode.OK
-            rows = await queue_events(connection, restore_events(restored))
-        connection_amqp = await amqp.connect(settings)
-        async with connection_amqp:
-            publisher = await EventPublisher.open(connection_amqp, Topology(settings.amqp_prefix))
-            await publisher.publish_rows(rows)
-        await OutboxStore(engine).mark_published([row.event_id for row in rows])
-    finally:
-        await engine.dispose()
+    restored = await restore_revision(settings, revision_id, actor=actor)
+    if restored is None:
+        print(f"ltm memory restore: no revision {revision_id}", file=err)
+        return ExitCode.NOT_FOUND
+    if isinstance(restored, UnchangedMemory):
+        _print_unchanged(restored, revision_id, as_json=as_json, out=out)
+        return ExitCode.OK
     revision = restored.revision
-    log.info("memory restored", memory_id=revision.memory_id, tool_call_id=tool_call_id)
     if as_json:
         restored_fields = {
             "memory_id": revision.memory_id,
@@ -187,6 +177,36 @@ async def restore(
             out,
         )
     return ExitCode.OK
+
+
+async def restore_revision(
+    settings: Settings, revision_id: int, *, actor: str
+) -> RestoredMemory | UnchangedMemory | None:
+    """Puts the memory back as it was before `revision_id`, as `actor`: commits the content,
+    its revision and its events together, then publishes the events (if publishing fails
+    after the commit, a running worker's outbox sweep publishes them).
+
+    None when there is no such revision; `UnchangedMemory` when the memory is already so.
+    """
+    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
+    tool_call_id = f"restore:{revision_id}:{uuid.uuid4()}"
+    try:
+        async with RevisionStore(engine).restoring(
+            revision_id, actor=actor, tool_call_id=tool_call_id
+        ) as (restored, connection):
+            if restored is None or isinstance(restored, UnchangedMemory):
+                return restored
+            rows = await queue_events(connection, restore_events(restored))
+        await publish_queued(settings, engine, rows)
+    finally:
+        await engine.dispose()
+    log.info(
+        "memory restored",
+        memory_id=restored.revision.memory_id,
+        tool_call_id=tool_call_id,
+        actor=actor,
+    )
+    return restored
 
 
 def _print_unchanged(

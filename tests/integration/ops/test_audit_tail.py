@@ -14,7 +14,10 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from contracts import (
     CacheInvalidate,
+    DeadLettersPurged,
+    DeadLettersReplayed,
     MemoryUpdated,
+    ReplayedCall,
     Topology,
     amqp_properties,
     audit_routing_key,
@@ -263,3 +266,24 @@ def test_event_line_shows_text_as_text_and_absent_values_as_a_dash() -> None:
     assert 'before: it\'s after: say "hi"' in event_line(event)
     assert "None" not in event_line(cache)
     assert event_line(cache).split()[2:] == ["-", "-", "-", "cache=user", "key=42"]
+
+
+def test_event_line_of_an_operator_action_names_the_operator_and_what_was_done() -> None:
+    replayed = DeadLettersReplayed(
+        actor="console:ann",
+        queue="ltm.tool_calls.dead",
+        replayed=(ReplayedCall(event_id="e-1", tool_call_id="tc-1", routing_key="r"),),
+        failed=1,
+    )
+    purged = DeadLettersPurged(actor="console:bob", queue="ltm.tool_calls.dead", removed=3)
+
+    assert event_line(replayed).split()[1:] == [
+        "operator.dead_letters_replayed",
+        "-",
+        "-",
+        "-",
+        "actor=console:ann",
+        "replayed=1",
+        "failed=1",
+    ]
+    assert event_line(purged).split()[-2:] == ["actor=console:bob", "removed=3"]

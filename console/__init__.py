@@ -1,0 +1,3 @@
+"""`ltm console`: the operators' web console (overview, dead letters, memories, audit)."""
+
+__all__: list[str] = []
