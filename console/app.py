@@ -40,6 +40,9 @@ __all__ = ["ConsoleNotConfigured", "create_app", "password_hash_of", "run_consol
 
 log = get_logger("ltm.console")
 
+# How long each step of the stop may take before the next one goes on.
+_STOP_STEP_S: Final = 5.0
+
 STATIC: Final = Path(__file__).with_name("static")
 # The console's own reads; every action opens what it needs, as the commands do.
 POOL_SIZE: Final = 4
@@ -125,9 +128,13 @@ async def _start(app: web.Application) -> None:
 
 async def _stop(app: web.Application) -> None:
     console = app[STATE]
-    await console.overview.stop()
-    await console.broker.close()
-    await console.engine.dispose()
+    # A stop must not hang on a source that does not answer (a refresh stuck on the broker or
+    # the database): each step gets a bounded time, then the next one goes on.
+    for step in (console.overview.stop, console.broker.close, console.engine.dispose):
+        try:
+            await asyncio.wait_for(step(), _STOP_STEP_S)
+        except TimeoutError:
+            log.warning("console: a step of the stop did not end in time", step=step.__qualname__)
 
 
 async def run_console(settings: Settings, host: str, port: int) -> int:
