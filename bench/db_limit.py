@@ -40,10 +40,12 @@ from bench.sql import (
 )
 from bench.world import Target, content_for, tool_call
 from contracts import Event, ToolCallRequested, decode_event
-from worker.adapters.database import Answer, PlannedWrite, claim_params, pipelined_transaction
-from worker.adapters.outbox import OutgoingEvent
+from worker.adapters.inbox import claim_params
+from worker.adapters.memory_store import pipelined_transaction
 from worker.core.decide import success
 from worker.core.model import WrittenMemory
+from worker.core.outgoing import OutgoingEvent
+from worker.core.records import Answer, PlannedWrite
 
 __all__ = ["DbFigure", "as_dict", "measure"]
 

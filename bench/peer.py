@@ -58,8 +58,10 @@ from contracts import (
     result_routing_key,
     worker_queue_arguments,
 )
-from worker.adapters.database import Answer, apply_params, claim_params
-from worker.adapters.outbox import OutgoingEvent
+from worker.adapters.inbox import claim_params
+from worker.adapters.memory_writes import apply_params
+from worker.core.outgoing import OutgoingEvent
+from worker.core.records import Answer
 
 __all__ = ["app", "broker", "main"]
 

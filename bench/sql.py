@@ -1,8 +1,9 @@
 """The worker's own SQL for successful server-memory updates, as psycopg statements.
 
-The text is imported from `worker.adapters.database` (`_CLAIM`, `_APPLY`, `_FINISH`, already
-compiled for psycopg there) and `worker.adapters.outbox` (`_MARK_PUBLISHED`, compiled with
-the worker's `psycopg_sql`), so the bench runs exactly the statements the worker runs.
+The text is imported from the modules that own it (`worker.adapters.inbox`'s `CLAIM` and
+`FINISH`, `worker.adapters.memory_writes`' `APPLY`, already compiled for psycopg there, and
+`worker.adapters.outbox`'s `MARK_PUBLISHED`, compiled with the worker's `psycopg_sql`), so the
+bench runs exactly the statements the worker runs.
 Their parameters come from the worker's own builders (`claim_params`, `apply_params`,
 `events_params`, `answers_params`) over the worker's own objects (`ToolCallRequested`,
 `PlannedWrite`, `OutgoingEvent`, `Answer`): each batch travels as one JSON parameter, and a
@@ -19,19 +20,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from contracts import ToolCallRequested
-from worker.adapters.database import (
-    _APPLY,
-    _CLAIM,
-    _FINISH,
-    Answer,
-    PlannedWrite,
-    _waves,
-    answers_params,
-    apply_params,
-    psycopg_sql,
-)
-from worker.adapters.outbox import _MARK_PUBLISHED, OutgoingEvent, events_params
+from worker.adapters import inbox, memory_writes
+from worker.adapters.database import psycopg_sql
+from worker.adapters.inbox import answers_params
+from worker.adapters.memory_writes import apply_params, write_waves
+from worker.adapters.outbox import MARK_PUBLISHED as MARK_PUBLISHED_TEXT
+from worker.adapters.outbox import events_params
 from worker.core.model import MemoryWrite
+from worker.core.outgoing import OutgoingEvent
+from worker.core.records import Answer, PlannedWrite
 
 __all__ = [
     "APPLY",
@@ -45,13 +42,13 @@ __all__ = [
 
 
 # Claims the inbox rows and loads each call's server, persona and config in one statement.
-CLAIM: Final = _CLAIM
+CLAIM: Final = inbox.CLAIM
 # The scoped writes and their revision rows, returning what the events need.
-APPLY: Final = _APPLY
+APPLY: Final = memory_writes.APPLY
 # Queues the outbox rows and stores the results: the last statement before commit.
-FINISH: Final = _FINISH
+FINISH: Final = inbox.FINISH
 # After the broker confirmed the events, in the next transaction (`event_ids`: UUIDs).
-MARK_PUBLISHED: Final = psycopg_sql(_MARK_PUBLISHED)
+MARK_PUBLISHED: Final = psycopg_sql(MARK_PUBLISHED_TEXT)
 
 
 def server_update(
@@ -75,15 +72,15 @@ def server_update(
 
 
 def apply_batches(writes: Sequence[PlannedWrite]) -> list[dict[str, str]]:
-    """`APPLY`'s parameters, one statement per wave, as `ToolCallTransaction.apply` runs them.
+    """`APPLY`'s parameters, one statement per wave, as `memory_writes.apply` runs them.
 
     A batch whose memory ids are distinct is one statement.
     """
-    return [apply_params(writes, wave) for wave in _waves(writes)]
+    return [apply_params(writes, wave) for wave in write_waves(writes)]
 
 
 def finish_params(
     answers: Sequence[Answer], events: Sequence[OutgoingEvent], bodies: Sequence[bytes]
 ) -> dict[str, str]:
-    """`FINISH`'s parameters, as `ToolCallTransaction.finish` and `_queue` pass them."""
+    """`FINISH`'s parameters, as `worker.adapters.inbox.finish` passes them."""
     return {**events_params(events, bodies), **answers_params(answers)}

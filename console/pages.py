@@ -26,8 +26,8 @@ from contracts import (
     operator_routing_key,
 )
 from infra.logs import get_logger
-from worker.adapters.outbox import OutgoingEvent
 from worker.adapters.revisions import UnchangedMemory
+from worker.core.outgoing import OutgoingEvent
 from worker.ops.audit_stream import BadStart, StreamStart, parse_start
 from worker.ops.dead_letters import purge, read_dead_letters, replay
 from worker.ops.recording import record_events

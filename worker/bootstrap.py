@@ -14,7 +14,8 @@ from infra.logs import get_logger
 from infra.metrics import serve_metrics
 from infra.settings import Settings
 from infra.topology import declare_topology as declare_broker_topology
-from worker.adapters.database import MemoryStore, create_engine
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
 from worker.adapters.outbox import OutboxStore
 from worker.runtime import Worker
 

@@ -48,12 +48,13 @@ from infra.settings import Settings
 from infra.topology import declare_topology
 from worker import failpoints
 from worker.adapters.broker import EventPublisher, ShardQueues, dead_letter_ids
-from worker.adapters.database import MemoryStore
+from worker.adapters.memory_store import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
-from worker.adapters.outbox import OutboxRow, OutboxStore
+from worker.adapters.outbox import OutboxStore
 from worker.batching import CallBatcher, GroupCommit, TakenFlush
 from worker.core.admission import refusal
 from worker.core.model import Rejection
+from worker.core.outgoing import OutboxRow
 from worker.service import Processed, process_tool_calls
 from worker.tools.base import answer
 from worker.tools.registry import pipeline_for

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contracts import ToolCallCompleted, ToolCallRequested
-from worker.adapters.database import Answer, StoredResult, ToolCallTransaction
-from worker.adapters.outbox import OutboxRow
 from worker.core.idempotency import check_same_call
+from worker.core.outgoing import OutboxRow
+from worker.core.records import Answer, StoredResult
+from worker.ports import ToolCallTransaction
 from worker.tools.base import (
     DEFAULT_MEMORY_LIMIT,
     ClaimedCall,

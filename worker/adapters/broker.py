@@ -48,7 +48,7 @@ from infra import tracing
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.topology import declare_shard_queue
-from worker.adapters.outbox import OutboxRow
+from worker.core.outgoing import OutboxRow
 
 __all__ = [
     "ATTEMPTS_HEADER",

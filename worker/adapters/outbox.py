@@ -9,43 +9,35 @@ and by whichever worker, belongs to that call's trace.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Final
 
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from contracts import Event, encode_event
+from contracts import encode_event
+from worker.core.outgoing import (
+    UNTRACED,
+    OutboxRow,
+    OutgoingEvent,
+    Traceparents,
+    outbox_rows,
+    traceparent_of,
+)
 
 __all__ = [
+    "MARK_PUBLISHED",
     "OUTBOX_INSERT",
-    "OutboxRow",
     "OutboxStore",
-    "OutgoingEvent",
-    "Traceparents",
     "events_params",
-    "outbox_rows",
     "queue_events",
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    """An event as the outbox holds it; the event id is its key (message_id on the wire)."""
-
-    event_id: uuid.UUID
-    event_type: str
-    routing_key: str
-    correlation_id: str | None
-    body: bytes
-    ttl_ms: int | None
-    # W3C trace context of the call the event belongs to (None: written with tracing off).
-    traceparent: str | None = None
-
-
+# The head of an insert of queued events: public for a statement that queues them in a CTE of
+# its own (the batch's last statement, `worker.adapters.inbox.FINISH`).
 OUTBOX_INSERT: Final = """
     INSERT INTO outbox
         (event_id, event_type, routing_key, correlation_id, body, ttl_ms, traceparent)
@@ -60,29 +52,10 @@ OUTBOX_INSERT: Final = """
 _QUEUE: Final = text(OUTBOX_INSERT)
 
 
-@dataclass(frozen=True, slots=True)
-class OutgoingEvent:
-    """An event to queue in the outbox, with where it goes and how long it is worth sending."""
-
-    event: Event
-    routing_key: str
-    ttl_ms: int | None = None
-
-
-# Trace contexts by tool_call_id (the events' correlation_id): none while tracing is off.
-Traceparents = Mapping[str, str]
-_UNTRACED: Final[Traceparents] = {}
-
-
-def _traceparent(traceparents: Traceparents, event: Event) -> str | None:
-    correlation_id = event.correlation_id
-    return None if correlation_id is None else traceparents.get(correlation_id)
-
-
 def events_params(
     events: Sequence[OutgoingEvent],
     bodies: Sequence[bytes],
-    traceparents: Traceparents = _UNTRACED,
+    traceparents: Traceparents = UNTRACED,
 ) -> dict[str, str]:
     return {
         "events": orjson.dumps(
@@ -94,7 +67,7 @@ def events_params(
                     "correlation_id": outgoing.event.correlation_id,
                     "body": body.decode(),
                     "ttl_ms": outgoing.ttl_ms,
-                    "traceparent": _traceparent(traceparents, outgoing.event),
+                    "traceparent": traceparent_of(traceparents, outgoing.event),
                 }
                 for outgoing, body in zip(events, bodies, strict=True)
             ]
@@ -111,26 +84,6 @@ async def queue_events(
     return outbox_rows(events, bodies)
 
 
-def outbox_rows(
-    events: Sequence[OutgoingEvent],
-    bodies: Sequence[bytes],
-    traceparents: Traceparents = _UNTRACED,
-) -> list[OutboxRow]:
-    """The queued events as rows to publish: nothing the insert makes is needed for that."""
-    return [
-        OutboxRow(
-            event_id=outgoing.event.event_id,
-            event_type=outgoing.event.event_type,
-            routing_key=outgoing.routing_key,
-            correlation_id=outgoing.event.correlation_id,
-            body=body,
-            ttl_ms=outgoing.ttl_ms,
-            traceparent=_traceparent(traceparents, outgoing.event),
-        )
-        for outgoing, body in zip(events, bodies, strict=True)
-    ]
-
-
 _UNPUBLISHED: Final = text(
     """
     SELECT event_id, event_type, routing_key, correlation_id, body, traceparent,
@@ -145,9 +98,9 @@ _UNPUBLISHED: Final = text(
     """
 )
 
-_MARK_PUBLISHED: Final = text(
-    "UPDATE outbox SET published_at = now() WHERE event_id = ANY(:event_ids)"
-)
+# Public: the pipeline's transaction marks its earlier rows with it, compiled for psycopg.
+MARK_PUBLISHED: Final = "UPDATE outbox SET published_at = now() WHERE event_id = ANY(:event_ids)"
+_MARK_PUBLISHED: Final = text(MARK_PUBLISHED)
 
 _PURGE_PUBLISHED: Final = text(
     """

@@ -16,7 +16,8 @@ from infra import amqp
 from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
 from worker.adapters.database import create_engine
-from worker.adapters.outbox import OutboxRow, OutboxStore, OutgoingEvent, queue_events
+from worker.adapters.outbox import OutboxStore, queue_events
+from worker.core.outgoing import OutboxRow, OutgoingEvent
 
 __all__ = ["publish_queued", "record_events"]
 

@@ -17,8 +17,9 @@ from contracts import (
 from infra.logs import get_logger
 from infra.settings import Settings
 from worker.adapters.database import create_engine
-from worker.adapters.outbox import OutgoingEvent, queue_events
+from worker.adapters.outbox import queue_events
 from worker.adapters.revisions import RestoredMemory, Revision, RevisionStore, UnchangedMemory
+from worker.core.outgoing import OutgoingEvent
 from worker.ops.output import (
     ExitCode,
     json_document,

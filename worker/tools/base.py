@@ -15,9 +15,9 @@ from contracts import (
     ToolStatuses,
     result_routing_key,
 )
-from worker.adapters.database import ToolCallTransaction
-from worker.adapters.outbox import OutgoingEvent
 from worker.core.model import Rejection, ServerState
+from worker.core.outgoing import OutgoingEvent
+from worker.ports import ToolCallTransaction
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",

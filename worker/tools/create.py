@@ -25,8 +25,6 @@ from contracts import (
     embed_routing_key,
     result_routing_key,
 )
-from worker.adapters.database import LockedOwner, PlannedCreation, ToolCallTransaction
-from worker.adapters.outbox import OutgoingEvent
 from worker.core import messages
 from worker.core.create import (
     CreateArguments,
@@ -51,8 +49,11 @@ from worker.core.model import (
     ServerState,
     StoredUser,
 )
+from worker.core.outgoing import OutgoingEvent
 from worker.core.people import name_of
+from worker.core.records import LockedOwner, PlannedCreation
 from worker.core.resolve import resolve_target_user
+from worker.ports import ToolCallTransaction
 from worker.tools.base import ClaimedCall, Outcome, PipelineSettings, answer, refused
 
 __all__ = ["CREATE", "CreateMemory"]

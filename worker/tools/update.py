@@ -20,8 +20,6 @@ from contracts import (
     embed_routing_key,
     result_routing_key,
 )
-from worker.adapters.database import PlannedWrite, ToolCallTransaction
-from worker.adapters.outbox import OutgoingEvent
 from worker.core import messages
 from worker.core.arguments import parse_arguments
 from worker.core.decide import (
@@ -44,9 +42,12 @@ from worker.core.model import (
     StoredUser,
     WrittenMemory,
 )
+from worker.core.outgoing import OutgoingEvent
 from worker.core.people import name_of
+from worker.core.records import PlannedWrite
 from worker.core.resolve import resolve_target_user
 from worker.core.sanitize import prepare_content
+from worker.ports import ToolCallTransaction
 from worker.tools.base import ClaimedCall, Outcome, PipelineSettings, answer, refused
 
 __all__ = ["UPDATE", "UpdateMemory"]

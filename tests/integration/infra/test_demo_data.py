@@ -17,7 +17,8 @@ from infra.settings import Settings
 from tests.integration.worker.checks import Pipeline
 from tests.support.services import TestServices, own_database
 from tests.support.world import World
-from worker.adapters.database import MemoryStore, create_engine
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
 from worker.ops.call import complete_envelope
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

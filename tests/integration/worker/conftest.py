@@ -9,7 +9,8 @@ import pytest
 from infra.settings import Settings
 from tests.integration.worker.checks import Pipeline
 from tests.support.world import World
-from worker.adapters.database import MemoryStore, create_engine
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
 
 # Enough connections for the widest concurrency test to hold all its transactions at once.
 POOL_SIZE = 8

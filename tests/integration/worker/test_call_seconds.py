@@ -15,7 +15,8 @@ from infra.settings import Settings
 from tests.support.broker import own_topology, publish_tool_call, tap_events
 from tests.support.waiting import eventually
 from tests.support.world import World, snowflake, tool_call
-from worker.adapters.database import MemoryStore, create_engine
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
 from worker.adapters.outbox import OutboxStore
 from worker.runtime import Worker
 

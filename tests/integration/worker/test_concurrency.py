@@ -22,20 +22,17 @@ from tests.integration.worker.checks import (
     assert_result,
     assert_success_events,
 )
-from worker.adapters.database import (
-    Claim,
-    MemoryStore,
-    PlannedWrite,
-    ToolCallTransaction,
-)
-from worker.adapters.outbox import Traceparents
+from worker.adapters.memory_store import MemoryStore
+from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
 from worker.core.model import ForbiddenWrite, WrittenMemory
+from worker.core.outgoing import Traceparents
+from worker.core.records import Claim, PlannedWrite
 from worker.service import Processed
 
 Step = Literal["claim", "apply"]
 
 
-class _RendezvousTransaction(ToolCallTransaction):
+class _RendezvousTransaction(PostgresToolCallTransaction):
     def __init__(
         self, connection: psycopg.AsyncConnection[Any], barrier: asyncio.Barrier, step: Step
     ) -> None:
@@ -67,7 +64,7 @@ class RendezvousStore(MemoryStore):
     @asynccontextmanager
     async def transaction(
         self, traceparents: Traceparents | None = None
-    ) -> AsyncIterator[ToolCallTransaction]:
+    ) -> AsyncIterator[PostgresToolCallTransaction]:
         async with self.driver_transaction() as connection:
             yield _RendezvousTransaction(connection, self._barrier, self._step)
 

@@ -29,7 +29,8 @@ from tests.integration.worker.checks import (
     single_revision,
 )
 from tests.support.world import participant, snowflake
-from worker.adapters.database import MemoryStore, create_engine
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
 
 BOT_ID = "100000000000000001"  # tool_call's default bot_user_id
 

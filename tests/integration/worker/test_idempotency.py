@@ -13,9 +13,11 @@ import pytest
 from contracts import MemoryStatus, ToolCallRequested
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
 from tests.support.world import participant, snowflake
-from worker.adapters.database import Answer, MemoryStore, ToolCallTransaction
-from worker.adapters.outbox import OutboxRow, OutgoingEvent, Traceparents
+from worker.adapters.memory_store import MemoryStore
+from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
 from worker.core.idempotency import call_fingerprint
+from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents
+from worker.core.records import Answer
 from worker.service import Processed
 
 
@@ -23,7 +25,7 @@ class Crash(Exception):
     pass
 
 
-class _CrashingTransaction(ToolCallTransaction):
+class _CrashingTransaction(PostgresToolCallTransaction):
     async def finish(
         self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
@@ -37,7 +39,7 @@ class CrashingStore(MemoryStore):
     @asynccontextmanager
     async def transaction(
         self, traceparents: Traceparents | None = None
-    ) -> AsyncIterator[ToolCallTransaction]:
+    ) -> AsyncIterator[PostgresToolCallTransaction]:
         async with self.driver_transaction() as connection:
             yield _CrashingTransaction(connection, traceparents)
 

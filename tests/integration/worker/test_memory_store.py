@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy.pool import QueuePool
 
 from infra.settings import Settings
-from worker.adapters.database import MemoryStore, create_engine
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
 
 
 @pytest.fixture

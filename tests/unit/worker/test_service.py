@@ -3,7 +3,6 @@ given (docs/behaviour.md, update steps: the first step that fails decides the re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -13,21 +12,14 @@ from contracts import (
     UPDATE_LONG_TERM_MEMORY,
     MemoryStatus,
     Participant,
+    ResultData,
     ToolCallRequested,
-    encode_event,
 )
+from tests.unit.worker.fakes import GivenFacts
 from tests.unit.worker.given import ALICE_ID, ALICE_ROW, BOT_ID, MATRIX_ID, context, state
-from worker.adapters.database import Answer, Claim, PlannedWrite, ToolCallTransaction
-from worker.adapters.outbox import OutboxRow, OutgoingEvent, outbox_rows
-from worker.core.model import (
-    DirectoryMember,
-    ForbiddenWrite,
-    MemoryWrite,
-    ServerState,
-    StoredUser,
-    WrittenMemory,
-)
-from worker.service import process_tool_call
+from worker.core.model import DirectoryMember, ServerState, StoredUser
+from worker.core.records import StoredResult
+from worker.service import process_tool_call, process_tool_calls
 
 DIRECTORY = (
     DirectoryMember(ALICE_ID, "alice", "Alice"),
@@ -42,52 +34,6 @@ USERS = {
         user_id=13, user_disc_id="100000000000000005", privacy_level=1
     ),
 }
-
-
-class GivenFacts(ToolCallTransaction):
-    """The reads of a transaction answered from fixed facts, the writes taken as done.
-
-    No connection: every method the pipeline calls is overridden, so a new read would fail
-    here instead of reaching for a database.
-    """
-
-    def __init__(
-        self,
-        server_state: ServerState | None,
-        *,
-        row_exists: bool,
-        in_other_scope: bool,
-        forbidden: bool = False,
-    ) -> None:
-        self.server_state = server_state
-        self.row_exists = row_exists
-        self.other_scope = in_other_scope
-        self.forbidden = forbidden
-
-    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
-        return [Claim(stored=None, state=self.server_state) for _ in calls]
-
-    async def load_directory(self, server_id: int) -> list[DirectoryMember]:
-        return list(DIRECTORY)
-
-    async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
-        return USERS.get(user_disc_id)
-
-    async def apply(
-        self, writes: Sequence[PlannedWrite]
-    ) -> list[WrittenMemory | ForbiddenWrite | None]:
-        if self.forbidden:
-            return [ForbiddenWrite() for _ in writes]
-        written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
-        return [written if self.row_exists else None for _ in writes]
-
-    async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
-        return self.other_scope
-
-    async def finish(
-        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
-    ) -> list[OutboxRow]:
-        return outbox_rows(events, [encode_event(outgoing.event) for outgoing in events])
 
 
 async def decide(
@@ -107,6 +53,8 @@ async def decide(
     )
     facts = GivenFacts(
         state() if server_state is None else server_state,
+        directory=DIRECTORY,
+        users=USERS,
         row_exists=row_exists,
         in_other_scope=in_other_scope,
         forbidden=forbidden,
@@ -165,3 +113,49 @@ async def test_the_first_failing_step_decides(
     arguments: JsonValue, facts: dict[str, Any], status: MemoryStatus
 ) -> None:
     assert await decide(arguments, **facts) is status
+
+
+async def test_a_decided_call_is_recorded_with_its_events_result_first() -> None:
+    facts = GivenFacts(state(), directory=DIRECTORY, users=USERS)
+    request = ToolCallRequested(
+        tool_call_id="call_1",
+        tool_name=UPDATE_LONG_TERM_MEMORY,
+        arguments=call(),
+        context=context(),
+    )
+    [processed] = await process_tool_calls([request], facts, max_memory_length=1000, reply_ttl_ms=1)
+
+    assert processed.written
+    assert [planned.write.memory_id for planned in facts.applied] == [24]
+    assert [(a.tool_call_id, a.status) for a in facts.answers] == [("call_1", MemoryStatus.UPDATED)]
+    assert facts.queued[0].event == processed.result
+    assert [row.event_id for row in processed.outbox] == [o.event.event_id for o in facts.queued]
+
+
+async def test_a_call_with_a_record_is_answered_from_it_and_writes_nothing() -> None:
+    stored = StoredResult(
+        status=MemoryStatus.NOT_FOUND,
+        message="earlier",
+        data=ResultData(),
+        tool_name=UPDATE_LONG_TERM_MEMORY,
+        guild_id=None,
+        channel_id="900000000000000011",
+        shard_id=3,
+        fingerprint=None,
+    )
+    facts = GivenFacts(state(), answered={"call_1": stored})
+    request = ToolCallRequested(
+        tool_call_id="call_1",
+        tool_name=UPDATE_LONG_TERM_MEMORY,
+        arguments=call(),
+        context=context(),
+    )
+    [processed] = await process_tool_calls([request], facts, max_memory_length=1000, reply_ttl_ms=1)
+
+    assert processed.replayed and not processed.written
+    assert (processed.result.status, processed.result.message) == (
+        MemoryStatus.NOT_FOUND,
+        "earlier",
+    )
+    assert (processed.result.channel_id, processed.result.shard_id) == ("900000000000000011", 3)
+    assert facts.applied == [] and facts.answers == [] and processed.outbox == []

@@ -1,0 +1,105 @@
+"""Fakes of the service layer's ports (`worker.ports`) for the unit tests: plain classes that
+implement the protocols, no database behind them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+
+from contracts import ToolCallRequested, encode_event
+from worker.core.create import ScopeKey
+from worker.core.model import (
+    DirectoryMember,
+    ForbiddenWrite,
+    MemoryWrite,
+    ServerState,
+    StoredUser,
+    WrittenMemory,
+)
+from worker.core.outgoing import OutboxRow, OutgoingEvent, outbox_rows
+from worker.core.records import (
+    Answer,
+    Claim,
+    LockedScopes,
+    PlannedCreation,
+    PlannedWrite,
+    StoredResult,
+)
+
+__all__ = ["GivenFacts"]
+
+
+class GivenFacts:
+    """A transaction whose reads are answered from fixed facts and whose writes are kept.
+
+    A call is claimed unless `answered` holds a record for its id. The create tool's reads
+    are not given: a test of them would fail here rather than pass on made-up facts.
+    """
+
+    def __init__(
+        self,
+        server_state: ServerState | None,
+        *,
+        directory: Sequence[DirectoryMember] = (),
+        users: Mapping[str, StoredUser] | None = None,
+        row_exists: bool = True,
+        in_other_scope: bool = False,
+        forbidden: bool = False,
+        answered: Mapping[str, StoredResult] | None = None,
+    ) -> None:
+        self.server_state = server_state
+        self.directory = list(directory)
+        self.users = dict(users or {})
+        self.row_exists = row_exists
+        self.other_scope = in_other_scope
+        self.forbidden = forbidden
+        self.answered = dict(answered or {})
+        self.applied: list[PlannedWrite] = []
+        self.answers: list[Answer] = []
+        self.queued: list[OutgoingEvent] = []
+        self.marked: list[uuid.UUID] = []
+
+    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
+        return [
+            Claim(stored=stored, state=None)
+            if (stored := self.answered.get(call.tool_call_id)) is not None
+            else Claim(stored=None, state=self.server_state)
+            for call in calls
+        ]
+
+    async def load_directory(self, server_id: int) -> list[DirectoryMember]:
+        return list(self.directory)
+
+    async def load_directories(self, server_ids: Sequence[int]) -> dict[int, list[DirectoryMember]]:
+        return {server_id: list(self.directory) for server_id in server_ids}
+
+    async def load_user(self, user_disc_id: str, *, server_id: int) -> StoredUser | None:
+        return self.users.get(user_disc_id)
+
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+        self.applied.extend(writes)
+        if self.forbidden:
+            return [ForbiddenWrite() for _ in writes]
+        written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
+        return [written if self.row_exists else None for _ in writes]
+
+    async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
+        return self.other_scope
+
+    async def lock_scopes(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
+        raise AssertionError("no scopes are given to lock")
+
+    async def create(self, creations: Sequence[PlannedCreation]) -> None:
+        raise AssertionError("no creations are expected")
+
+    async def finish(
+        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
+    ) -> list[OutboxRow]:
+        self.answers.extend(answers)
+        self.queued.extend(events)
+        return outbox_rows(events, [encode_event(outgoing.event) for outgoing in events])
+
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
+        self.marked.extend(event_ids)

@@ -1,0 +1,224 @@
+"""`tool_call_inbox`: a batch's calls claimed, each answered once, and the answer repeated
+to a call whose id has a record (the idempotency of tool calls).
+
+The batch's last statement (`FINISH`) stores the answers and queues the events in the outbox
+together, so that it goes with COMMIT in one round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import orjson
+import psycopg
+
+from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event, rfc3339_utc
+from worker.adapters.database import fetch_all, psycopg_sql
+from worker.adapters.outbox import OUTBOX_INSERT, events_params
+from worker.core.idempotency import call_fingerprint
+from worker.core.model import ServerState
+from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents, outbox_rows
+from worker.core.records import Answer, Claim, StoredResult
+
+__all__ = [
+    "CLAIM",
+    "FINISH",
+    "answers_params",
+    "claim",
+    "claim_params",
+    "finish",
+    "stored_results",
+]
+
+# Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
+# row locks in the same order; a copy of a call running elsewhere makes this wait, then skip
+# (and `_STORED_RESULTS`, a statement of its own, then reads what that one committed).
+CLAIM: Final = psycopg_sql(
+    """
+    WITH input AS (
+        SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
+            tool_call_id text, event_id uuid, tool_name text, guild_id text, channel_id text,
+            shard_id integer, server_disc_id text, persona_id integer, fingerprint text,
+            requested_at timestamptz
+        )
+    ), claimed AS (
+        INSERT INTO tool_call_inbox
+            (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint,
+             requested_at)
+        SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint,
+               requested_at
+        FROM input ORDER BY tool_call_id
+        ON CONFLICT (tool_call_id) DO NOTHING
+        RETURNING tool_call_id
+    )
+    SELECT i.tool_call_id, c.tool_call_id IS NOT NULL AS claimed,
+           s.server_id, s.server_disc_id,
+           p.persona_id, p.server_id AS persona_server_id, p.persona_lineage_id, p.nickname,
+           coalesce(sc.self_teaching_enabled, true) AS self_teaching_enabled,
+           coalesce(sc.personal_memories_enabled, true) AS personal_memories_enabled,
+           coalesce(sc.memory_edit_policy, 'anyone') AS memory_edit_policy
+    FROM input AS i
+    LEFT JOIN claimed AS c ON c.tool_call_id = i.tool_call_id
+    LEFT JOIN servers AS s ON s.server_disc_id = i.server_disc_id
+    LEFT JOIN personas AS p ON p.persona_id = i.persona_id
+    LEFT JOIN server_configs AS sc ON sc.server_id = s.server_id
+    """
+)
+
+_STORED_RESULTS: Final = psycopg_sql(
+    """
+    SELECT tool_call_id, result, tool_name, guild_id, channel_id, shard_id, fingerprint
+    FROM tool_call_inbox WHERE tool_call_id = ANY(:tool_call_ids)
+    """
+)
+
+# Every result and event of a batch: the last statement, sent with COMMIT. It returns
+# nothing, so that the two travel in one round trip. `completed_at` is the clock's time, not
+# the transaction's start: with the request's time it is what the user waited.
+FINISH: Final = psycopg_sql(
+    f"""
+    WITH answered AS (
+        UPDATE tool_call_inbox AS inbox
+        SET status = a.status, result = a.result, completed_at = clock_timestamp()
+        FROM json_to_recordset(CAST(:answers AS json)) AS a(
+            tool_call_id text, status text, result jsonb
+        )
+        WHERE inbox.tool_call_id = a.tool_call_id
+    )
+    {OUTBOX_INSERT}
+    """
+)
+
+
+async def claim(
+    cursor: psycopg.AsyncCursor[Any], calls: Sequence[ToolCallRequested]
+) -> list[Claim]:
+    """Writes the inbox rows first, with each call's fingerprint; calls whose id has a
+    record come back with it (the record's result and the fingerprint of its call).
+
+    The tool_call_ids of `calls` are distinct.
+    """
+    rows = await fetch_all(cursor, CLAIM, claim_params(calls))
+    by_id = {row.tool_call_id: row for row in rows}
+    answered_before = [call.tool_call_id for call in calls if not by_id[call.tool_call_id].claimed]
+    stored = await stored_results(cursor, answered_before) if answered_before else {}
+    claims = []
+    for call in calls:
+        row = by_id[call.tool_call_id]
+        if not row.claimed:
+            claims.append(Claim(stored=stored[call.tool_call_id], state=None))
+            continue
+        claims.append(Claim(stored=None, state=_server_state(row)))
+    return claims
+
+
+def _server_state(row: Any) -> ServerState | None:
+    """The server, persona and config the claim read; None where either is unknown."""
+    if row.server_id is None or row.persona_id is None:
+        return None
+    return ServerState(
+        server_id=row.server_id,
+        server_disc_id=row.server_disc_id,
+        persona_id=row.persona_id,
+        persona_server_id=row.persona_server_id,
+        persona_lineage_id=row.persona_lineage_id,
+        persona_nickname=row.nickname,
+        self_teaching_enabled=row.self_teaching_enabled,
+        personal_memories_enabled=row.personal_memories_enabled,
+        memory_edit_policy=row.memory_edit_policy,
+    )
+
+
+async def stored_results(
+    cursor: psycopg.AsyncCursor[Any], tool_call_ids: Sequence[str]
+) -> dict[str, StoredResult]:
+    rows = await fetch_all(cursor, _STORED_RESULTS, {"tool_call_ids": list(tool_call_ids)})
+    found: dict[str, StoredResult] = {}
+    for row in rows:
+        if row.result is None:
+            # Unreachable by design: the row and its result commit together.
+            raise LookupError(f"tool call {row.tool_call_id} has no stored result")
+        result = row.result
+        found[row.tool_call_id] = StoredResult(
+            status=MemoryStatus(result["status"]),
+            message=result["message"],
+            data=ResultData.model_validate_json(orjson.dumps(result.get("data") or {})),
+            tool_name=row.tool_name,
+            guild_id=row.guild_id,
+            channel_id=row.channel_id,
+            shard_id=row.shard_id,
+            fingerprint=row.fingerprint,
+        )
+    return found
+
+
+async def finish(
+    cursor: psycopg.AsyncCursor[Any],
+    answers: Sequence[Answer],
+    events: Sequence[OutgoingEvent],
+    traceparents: Traceparents,
+) -> list[OutboxRow]:
+    """Stores the results for idempotency and queues the events, in this transaction.
+
+    Sent, not awaited: the statement goes with COMMIT, and its errors are the commit's.
+    """
+    bodies = [encode_event(outgoing.event) for outgoing in events]
+    await cursor.execute(
+        FINISH, {**events_params(events, bodies, traceparents), **answers_params(answers)}
+    )
+    return outbox_rows(events, bodies, traceparents)
+
+
+# Batches travel as one JSON parameter each (json_to_recordset): encoding and parsing JSON is
+# C on both sides, where psycopg dumps array parameters element by element in Python.
+
+
+def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
+    return {
+        "calls": orjson.dumps(
+            [
+                {
+                    "tool_call_id": call.tool_call_id,
+                    "event_id": str(call.event_id),
+                    "tool_name": call.tool_name,
+                    "guild_id": call.context.guild_id,
+                    "channel_id": call.context.channel_id,
+                    "shard_id": call.context.shard_id,
+                    "server_disc_id": call.context.server_disc_id,
+                    "persona_id": call.context.persona_id,
+                    "fingerprint": call_fingerprint(call),
+                    "requested_at": rfc3339_utc(call.occurred_at),
+                }
+                for call in calls
+            ]
+        ).decode()
+    }
+
+
+def answers_params(answers: Sequence[Answer]) -> dict[str, str]:
+    return {"answers": orjson.dumps([_stored_answer(answer) for answer in answers]).decode()}
+
+
+def _stored_answer(answer: Answer) -> dict[str, Any]:
+    result = {
+        "status": answer.status.value,
+        "message": answer.message,
+        "data": answer.data.model_dump(mode="json"),
+    }
+    return {
+        "tool_call_id": answer.tool_call_id,
+        "status": answer.status.value,
+        "result": _without_nul(result),
+    }
+
+
+def _without_nul(value: Any) -> Any:
+    """jsonb refuses NUL, which a label from the envelope may carry: stored as U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {key: _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(item) for item in value]
+    return value

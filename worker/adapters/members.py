@@ -1,0 +1,69 @@
+"""Who a call's names are resolved among: the guild's member directories, and a user's
+`users` row with whether they are excluded from personalization in the server."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import psycopg
+
+from worker.adapters.database import fetch_all, fetch_one, psycopg_sql
+from worker.core.model import DirectoryMember, StoredUser
+
+__all__ = ["load_directories", "load_user"]
+
+_DIRECTORIES: Final = psycopg_sql(
+    """
+    SELECT m.server_id, m.user_disc_id, m.username, m.display_name, m.global_name,
+           u.user_nickname, m.is_bot
+    FROM guild_members AS m
+    LEFT JOIN users AS u ON u.user_disc_id = m.user_disc_id
+    WHERE m.server_id = ANY(:server_ids)
+    ORDER BY m.server_id, m.user_disc_id
+    """
+)
+
+_USER: Final = psycopg_sql(
+    """
+    SELECT u.user_id, u.user_disc_id, u.privacy_level,
+           EXISTS (
+               SELECT 1 FROM personalization_blacklist AS b
+               WHERE b.server_id = :server_id AND b.user_id = u.user_id
+           ) AS blacklisted_here
+    FROM users AS u WHERE u.user_disc_id = :user_disc_id
+    """
+)
+
+
+async def load_directories(
+    cursor: psycopg.AsyncCursor[Any], server_ids: Sequence[int]
+) -> dict[int, list[DirectoryMember]]:
+    """The current members of each server, in one statement."""
+    directories: dict[int, list[DirectoryMember]] = {server_id: [] for server_id in server_ids}
+    for row in await fetch_all(cursor, _DIRECTORIES, {"server_ids": list(server_ids)}):
+        directories[row.server_id].append(
+            DirectoryMember(
+                user_disc_id=row.user_disc_id,
+                username=row.username,
+                display_name=row.display_name,
+                global_name=row.global_name,
+                user_nickname=row.user_nickname,
+                is_bot=row.is_bot,
+            )
+        )
+    return directories
+
+
+async def load_user(
+    cursor: psycopg.AsyncCursor[Any], user_disc_id: str, *, server_id: int
+) -> StoredUser | None:
+    row = await fetch_one(cursor, _USER, user_disc_id=user_disc_id, server_id=server_id)
+    if row is None:
+        return None
+    return StoredUser(
+        user_id=row.user_id,
+        user_disc_id=row.user_disc_id,
+        privacy_level=row.privacy_level,
+        blacklisted_here=row.blacklisted_here,
+    )
