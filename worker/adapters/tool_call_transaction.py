@@ -29,7 +29,6 @@ from worker.core.records import (
     LockedScopes,
     PlannedCreation,
     PlannedWrite,
-    StoredResult,
 )
 
 __all__ = ["PostgresToolCallTransaction"]
@@ -52,9 +51,6 @@ class PostgresToolCallTransaction:
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
         return await inbox.claim(self._cursor, calls)
-
-    async def stored_results(self, tool_call_ids: Sequence[str]) -> dict[str, StoredResult]:
-        return await inbox.stored_results(self._cursor, tool_call_ids)
 
     async def load_directory(self, server_id: int) -> list[DirectoryMember]:
         return (await self.load_directories([server_id]))[server_id]

@@ -77,14 +77,9 @@ def resolve_target_user(
     trimmed = query.strip()
 
     # 1. A bridged Matrix user, by id.
-    if _MATRIX_ID.fullmatch(trimmed.casefold()):
-        found = _conclude(
-            _from_participant(participant, "matrix")
-            for participant in participants
-            if participant.user_id.casefold() == trimmed.casefold()
-        )
-        if found is not None:
-            return found
+    found = _by_matrix_id(trimmed, participants)
+    if found is not None:
+        return found
 
     # 2. A Discord mention or bare id: that account or nobody, never a name match.
     #    Bots are included here so that a mentioned bot is found, then refused.
@@ -128,6 +123,17 @@ def resolve_target_user(
         ]
     )
     return found if found is not None else NoSuchUser()
+
+
+def _by_matrix_id(query: str, participants: Sequence[Participant]) -> Resolution | None:
+    """The participant a Matrix id names; None when `query` is no Matrix id or names none."""
+    if not _MATRIX_ID.fullmatch(query.casefold()):
+        return None
+    return _conclude(
+        _from_participant(participant, "matrix")
+        for participant in participants
+        if participant.user_id.casefold() == query.casefold()
+    )
 
 
 def _same(name: str | None, wanted: str) -> bool:
