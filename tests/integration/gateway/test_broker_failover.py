@@ -19,13 +19,10 @@ from tests.integration.gateway.conftest import FAST_RETRIES
 from tests.support.failover import cluster_env, new_prefix, node_of
 from tests.support.failover import updates_of_new_memories as updates
 from tests.support.fake_discord import FakeDiscord
-from tests.support.localnodes import localnodes_tls, machine_services, rabbit_cluster
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices
 from tests.support.waiting import eventually
 from tests.support.world import World
-
-__all__ = ["localnodes_tls", "machine_services", "rabbit_cluster"]
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 

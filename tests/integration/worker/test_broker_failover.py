@@ -16,13 +16,10 @@ from infra.settings import Settings
 from tests.support.broker import publish_tool_call, tap_events
 from tests.support.failover import answered, cluster_env, new_prefix, node_of
 from tests.support.failover import updates_of_new_memories as updates
-from tests.support.localnodes import localnodes_tls, machine_services, rabbit_cluster
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices
 from tests.support.waiting import eventually
 from tests.support.world import World
-
-__all__ = ["localnodes_tls", "machine_services", "rabbit_cluster"]
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 

@@ -17,12 +17,10 @@ from infra.settings import Settings
 from tests.support.broker import publish_tool_call, tap_events
 from tests.support.failover import answered, new_prefix
 from tests.support.failover import updates_of_new_memories as updates
-from tests.support.localnodes import machine_services, started_pair
+from tests.support.localnodes import started_pair
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices
 from tests.support.world import World
-
-__all__ = ["machine_services"]
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 
