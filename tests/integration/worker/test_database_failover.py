@@ -1,6 +1,6 @@
 """A worker whose database URL names a primary and its synchronous standby: the primary is
 killed while calls flow and the standby promoted; calls in flight retry and are answered,
-each applied once."""
+each applied once. A standby refusing a write is a fault the retries cover."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import asyncio
 from pathlib import Path
 
 import aio_pika
+import psycopg
 import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import MemoryStatus, ToolCallCompleted, ToolCallRequested, Topology
 from infra.database import migrate
+from infra.localnodes import PostgresPair
 from infra.settings import Settings
 from tests.support.broker import publish_tool_call, tap_events
 from tests.support.failover import answered, new_prefix
@@ -21,6 +23,7 @@ from tests.support.localnodes import started_pair
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices
 from tests.support.world import World
+from worker.runtime import is_transient
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 
@@ -84,3 +87,16 @@ async def _publish_paced(
     for _, call in pairs:
         await publish_tool_call(channel, topology, call)
         await asyncio.sleep(0.02)
+
+
+async def test_a_write_on_a_standby_not_yet_promoted_is_a_transient_fault(
+    postgres_pair: PostgresPair,
+) -> None:
+    assert postgres_pair.standby is not None
+    standby = await psycopg.AsyncConnection.connect(
+        postgres_pair.standby.conninfo(), autocommit=True
+    )
+    async with standby:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction) as raised:
+            await standby.execute("CREATE TABLE failover_probe (id int)")
+    assert is_transient(raised.value)
