@@ -16,9 +16,9 @@ asks for one.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import aio_pika
 import aiormq
@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 log = get_logger("ltm.amqp")
+
+T = TypeVar("T")
 
 # What a node that does not answer raises: refused, reset, timed out, or closed at the
 # handshake (a node shutting down, or not yet started).
@@ -113,13 +115,14 @@ class BrokerNodes:
         if self._current is not None and self._current[1].is_closed:
             self.failed(self._current[0])
         self._current = None
-        connection: AbstractConnection = await self.first_answering(
-            lambda node: aio_pika.connect(node.url, ssl_context=node.tls, **options)
-        )
-        self._current = (self.node_of(connection), connection)
-        return connection
 
-    async def first_answering(self, attempt: Any) -> Any:
+        async def attempt(node: BrokerNode) -> tuple[BrokerNode, AbstractConnection]:
+            return node, await aio_pika.connect(node.url, ssl_context=node.tls, **options)
+
+        self._current = await self.first_answering(attempt)
+        return self._current[1]
+
+    async def first_answering(self, attempt: Callable[[BrokerNode], Awaitable[T]]) -> T:
         """`await attempt(node)` for each candidate until one returns; the last error when
         every node failed."""
         nodes = list(self.candidates())
@@ -136,13 +139,6 @@ class BrokerNodes:
                     error=mask_passwords(repr(error)),
                 )
         raise AssertionError("unreachable: a broker has at least one node")
-
-    def node_of(self, connection: AbstractConnection) -> BrokerNode:
-        url = URL(str(getattr(connection, "url", "")))
-        for node in self.nodes:
-            if URL(node.url).with_password(None) == url.with_password(None):
-                return node
-        return self.nodes[0]
 
 
 class FailoverConnection(RobustConnection):

@@ -75,3 +75,23 @@ async def test_each_tls_node_is_checked_against_its_own_host_name(
         assert connection.url.host == "localhost"  # type: ignore[attr-defined]
     with pytest.raises(aio_pika.exceptions.AMQPConnectionError, match="Hostname mismatch"):
         await amqp.connect(settings.model_copy(update={"amqp_url": wrong}))
+
+
+async def test_a_process_that_reconnects_moves_on_from_the_node_it_lost(
+    settings: Settings,
+) -> None:
+    # Two names of the same broker stand for two nodes.
+    other = settings.amqp_url.replace("127.0.0.1", "localhost", 1)
+    assert other != settings.amqp_url
+    nodes = amqp.BrokerNodes.of(Settings(amqp_url=f"{settings.amqp_url},{other}"))
+    first = await nodes.connect()
+    assert first.url.host == "127.0.0.1"  # type: ignore[attr-defined]
+    await first.close()  # as a lost connection leaves it
+
+    second = await nodes.connect()
+    async with second:
+        assert second.url.host == "localhost"  # type: ignore[attr-defined]
+        # Still open: another connection (a second one of the process) starts there too.
+        third = await nodes.connect()
+        async with third:
+            assert third.url.host == "localhost"  # type: ignore[attr-defined]
