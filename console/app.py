@@ -135,7 +135,7 @@ async def _stop(app: web.Application) -> None:
         try:
             await asyncio.wait_for(step(), _STOP_STEP_S)
         except TimeoutError:
-            log.warning("console: a step of the stop did not end in time", step=step.__qualname__)
+            log.warning("console.stop_step_timed_out", step=step.__qualname__)
 
 
 async def run_console(settings: Settings, host: str, port: int) -> int:
@@ -156,7 +156,7 @@ async def run_console(settings: Settings, host: str, port: int) -> int:
         why = f"port {port} is in use: pass --port" if taken else str(error)
         print(f"ltm console: cannot listen on {host}:{port}: {why}", file=sys.stderr)
         return ExitCode.FAILED
-    log.info("console listening", url=f"http://{host}:{port}/")
+    log.info("console.listening", url=f"http://{host}:{port}/")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -165,6 +165,6 @@ async def run_console(settings: Settings, host: str, port: int) -> int:
     try:
         await stop.wait()
     finally:
-        log.info("console stopping")
+        log.info("console.stopping")
         await runner.cleanup()
     return ExitCode.OK

@@ -117,14 +117,14 @@ async def _replay(request: web.Request, event_id: str | None) -> web.StreamRespo
         return see_other("/dead-letters")
     for entry in report.replayed:
         log.info(
-            "dead letter replayed",
+            "console.dead_letter_replayed",
             operator=session.name,
             event_id=entry.event_id,
             tool_call_id=entry.tool_call_id,
         )
     for failed in report.failed:
         log.warning(
-            "dead letter not replayed",
+            "console.dead_letter_not_replayed",
             operator=session.name,
             event_id=failed.entry.event_id,
             tool_call_id=failed.entry.tool_call_id,
@@ -173,7 +173,7 @@ async def purge_all(request: web.Request) -> web.StreamResponse:
             status=400,
         )
     removed = await purge(console.settings)
-    log.warning("dead letters purged", operator=session.name, removed=removed)
+    log.warning("console.dead_letters_purged", operator=session.name, removed=removed)
     await _record(
         console,
         session.name,
@@ -191,7 +191,9 @@ async def _record(
     try:
         await record_events(console.settings, [OutgoingEvent(event, operator_routing_key(action))])
     except Exception as error:
-        log.error("audit record not written", operator=operator, action=action, error=repr(error))
+        log.error(
+            "console.audit_record_not_written", operator=operator, action=action, error=repr(error)
+        )
         raise web.HTTPInternalServerError(
             text=f"the dead letters were {action}, but the audit record of it could not be "
             f"written ({type(error).__name__}: {error})\n"
@@ -312,7 +314,7 @@ async def restore(request: web.Request) -> web.StreamResponse:
     else:
         new = restored.revision
         log.info(
-            "memory restored",
+            "console.memory_restored",
             operator=session.name,
             memory_id=memory_id,
             revision_id=new.revision_id,

@@ -74,14 +74,14 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] | None = Non
         provider = _sdk_provider(service_name, exporters, env)
     except ImportError as error:
         log.warning(
-            "tracing asked for, but the OpenTelemetry SDK is not installed: tracing stays off",
+            "tracing.sdk_missing",
             missing=error.name,
             install=_EXTRA_HINT,
         )
         return False
     trace.set_tracer_provider(provider)
     STATE.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-    log.info("tracing on", service=service_name, exporters=list(exporters))
+    log.info("tracing.on", service=service_name, exporters=list(exporters))
     return True
 
 
@@ -95,7 +95,7 @@ def _exporters_asked(env: Mapping[str, str]) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(part.strip().lower() for part in named.split(",")))
     unknown = [name for name in names if name and name != "none" and name not in _EXPORTERS]
     if unknown:
-        log.warning("unknown OTEL_TRACES_EXPORTER values ignored", unknown=unknown)
+        log.warning("tracing.unknown_exporters_ignored", unknown=unknown)
     return tuple(name for name in names if name in _EXPORTERS)
 
 

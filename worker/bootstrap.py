@@ -49,7 +49,7 @@ def _stop_on_signals(worker: Worker) -> None:
         if worker.stopping:  # Ctrl-C reaches every process of the group, then a SIGTERM
             return
         worker.stop()  # before the log line: a stop must not depend on the output
-        log.info("stopping: draining in-flight calls")
+        log.info("worker.stopping")
 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

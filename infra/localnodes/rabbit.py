@@ -224,7 +224,7 @@ class RabbitCluster:
         node.ctl("stop_app")
         node.ctl("join_cluster", self.first.name)
         node.ctl("start_app")
-        log.info("rabbit node joined", node=node.name, cluster=self.first.name)
+        log.info("localnodes.rabbit_joined", node=node.name, cluster=self.first.name)
 
     def _add_user_and_vhost(self) -> None:
         # The guest user may connect from 127.0.0.1 only: enough on this machine.

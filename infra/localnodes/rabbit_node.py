@@ -139,7 +139,7 @@ class RabbitNode:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        log.info("rabbit node launched", node=self.name, amqp_port=self.spec.amqp_port)
+        log.info("localnodes.rabbit_launched", node=self.name, amqp_port=self.spec.amqp_port)
 
     def wait_started(self, timeout: float = 90.0) -> None:
         """Until the broker application runs; fails at once if the node's launcher exits."""
@@ -158,7 +158,7 @@ class RabbitNode:
             self.ctl("wait", str(self.pid_file), "--timeout", f"{timeout:g}", timeout=timeout + 5)
         except LocalNodeError as error:
             raise LocalNodeError(f"{error}\n{self.log_tail()}") from None
-        log.info("rabbit node running", node=self.name, pid=self.pid)
+        log.info("localnodes.rabbit_running", node=self.name, pid=self.pid)
 
     def ctl(self, *args: str, timeout: float = 60.0) -> str:
         return self.tool("rabbitmqctl", *args, timeout=timeout)
@@ -175,17 +175,17 @@ class RabbitNode:
             try:
                 self.ctl("stop", str(self.pid_file), timeout=timeout)
             except LocalNodeError as error:
-                log.warning("rabbit node did not stop gracefully", node=self.name, error=str(error))
+                log.warning("localnodes.rabbit_stop_forced", node=self.name, error=str(error))
             kill_ours(read_pid(self.pid_file), self.home)
         self.reap()
-        log.info("rabbit node stopped", node=self.name)
+        log.info("localnodes.rabbit_stopped", node=self.name)
 
     def kill(self) -> None:
         """SIGKILL of the Erlang VM, as a crash would: no goodbye to the other nodes."""
         if not kill_ours(read_pid(self.pid_file), self.home):
             raise LocalNodeError(f"{self.name} is not running: nothing to kill")
         self.reap()
-        log.info("rabbit node killed", node=self.name)
+        log.info("localnodes.rabbit_killed", node=self.name)
 
     def reap(self) -> None:
         """Collects the launching shell once the VM is gone, so that no zombie stays behind."""
