@@ -88,9 +88,9 @@ def test_the_worker_says_whom_it_trusts_at_start(
     guarded: tuple[Settings, Topology, AbstractChannel, LtmProcess],
 ) -> None:
     _, _, _, worker = guarded
-    [line] = _log_lines(worker, "accepted from these broker users only")
+    [line] = _log_lines(worker, "worker.trusted_publishers")
     assert line["users"] == sorted([TRUSTED, "ltm-operator-of-the-test"])
-    assert _log_lines(worker, "LTM_TRUSTED_PUBLISHERS is not set") == []
+    assert _log_lines(worker, "worker.every_publisher_trusted") == []
 
 
 @pytest.mark.usefixtures("worker_process")
