@@ -60,13 +60,15 @@ async def pause(stopping: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stopping.wait(), seconds)
 
 
-async def connect(settings: Settings, stopping: asyncio.Event) -> AbstractConnection | None:
-    """A connection, retried with a backoff while the broker is unreachable; None once
-    stopping."""
+async def connect(
+    settings: Settings, nodes: amqp.BrokerNodes, stopping: asyncio.Event
+) -> AbstractConnection | None:
+    """A connection to one of the broker's `nodes`, retried with a backoff while none answers;
+    None once stopping."""
     backoff = _FIRST_BACKOFF_S
     while not stopping.is_set():
         try:
-            return await amqp.connect(settings, client_properties={"connection_name": "ltm-worker"})
+            return await nodes.connect(client_properties={"connection_name": "ltm-worker"})
         except (OSError, aiormq.exceptions.AMQPError) as error:
             log.warning(
                 "worker.broker_unreachable",

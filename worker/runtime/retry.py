@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sized
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import psycopg
 from sqlalchemy import exc as sa_exc
@@ -33,10 +33,14 @@ T = TypeVar("T")
 
 
 def is_transient(error: BaseException) -> bool:
-    """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion."""
+    """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion, and a
+    server that does not take writes yet (a standby being promoted: SQLSTATE 25006)."""
     if isinstance(error, sa_exc.DBAPIError):
-        return error.connection_invalidated or isinstance(error.orig, psycopg.OperationalError)
-    return isinstance(error, psycopg.OperationalError | sa_exc.TimeoutError | ConnectionError)
+        return error.connection_invalidated or isinstance(error.orig, _TRANSIENT_DRIVER_ERRORS)
+    return isinstance(error, _TRANSIENT_DRIVER_ERRORS | sa_exc.TimeoutError | ConnectionError)
+
+
+_TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
 
 
 def waited_for_a_lock(error: BaseException) -> bool:

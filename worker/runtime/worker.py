@@ -16,7 +16,7 @@ from typing import Final
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from contracts import Topology
+from infra import amqp
 from infra.cancellation import being_cancelled
 from infra.logs import get_logger
 from infra.settings import Settings
@@ -48,7 +48,9 @@ class Worker:
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
     def __post_init__(self) -> None:
-        self.topology = Topology(self.settings.amqp_prefix)
+        self.topology = self.settings.topology
+        # Which broker node next: a lost connection moves on to the node after it.
+        self._broker_nodes = amqp.BrokerNodes.of(self.settings)
         self._links = Links()
         self._consuming = False
         self._stopping = asyncio.Event()
@@ -91,7 +93,9 @@ class Worker:
         self._say_whom_it_trusts()
         sweeper = asyncio.create_task(self._relay.sweep_forever(), name="outbox-sweep")
         try:
-            while (connection := await connect(self.settings, self._stopping)) is not None:
+            while (
+                connection := await connect(self.settings, self._broker_nodes, self._stopping)
+            ) is not None:
                 await self._serve(connection)
         finally:
             sweeper.cancel()
