@@ -95,7 +95,7 @@ async def run_worker(settings: Settings) -> int:
 
 
 async def run_gateway(settings: Settings, shards: tuple[int, ...], shard_count: int) -> int:
-    from gateway.app import run_gateway as run
+    from gateway.process import run_gateway as run
 
     return await run(settings, shards, shard_count)
 
