@@ -278,6 +278,7 @@ class ShardQueues:
                 queue=queue,
                 shard_id=shard_id,
                 shard_count=self._shard_count,
+                setting="LTM_SHARD_COUNT",
             )
         else:
             log.info("worker.shard_queue_declared", queue=queue, shard_id=shard_id)
