@@ -31,6 +31,9 @@ __all__ = [
 
 T = TypeVar("T")
 
+# A lost or refused connection, an admin shutdown, …; and a server that takes no writes yet.
+_TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
+
 
 def is_transient(error: BaseException) -> bool:
     """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion, and a
@@ -38,9 +41,6 @@ def is_transient(error: BaseException) -> bool:
     if isinstance(error, sa_exc.DBAPIError):
         return error.connection_invalidated or isinstance(error.orig, _TRANSIENT_DRIVER_ERRORS)
     return isinstance(error, _TRANSIENT_DRIVER_ERRORS | sa_exc.TimeoutError | ConnectionError)
-
-
-_TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
 
 
 def waited_for_a_lock(error: BaseException) -> bool:
