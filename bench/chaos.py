@@ -1124,7 +1124,7 @@ _STALL_S: Final = 8.0
 # Errors a chaos run causes on purpose: aiormq logs each connection the broker closes.
 _EXPECTED_LOG_ERRORS: Final = (
     "Unexpected connection close from remote",
-    "database unavailable past the retry budget",
+    "worker.db_unavailable",
 )
 
 

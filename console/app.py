@@ -14,7 +14,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from console import pages
+from console import audit_pages, pages
 from console.adapters.broker import BrokerLink
 from console.adapters.statistics import CallStatistics
 from console.core.sessions import LoginThrottle, Sessions
@@ -102,6 +102,7 @@ def create_app(settings: Settings, *, throttle: LoginThrottle | None = None) -> 
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
     app.add_routes(pages.routes)
+    app.add_routes(audit_pages.routes)
     app.router.add_static("/static/", STATIC)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)
@@ -133,7 +134,7 @@ async def _stop(app: web.Application) -> None:
         try:
             await asyncio.wait_for(step(), _STOP_STEP_S)
         except TimeoutError:
-            log.warning("console: a step of the stop did not end in time", step=step.__qualname__)
+            log.warning("console.stop_step_timed_out", step=step.__qualname__)
 
 
 async def run_console(settings: Settings, host: str, port: int) -> int:
@@ -154,7 +155,7 @@ async def run_console(settings: Settings, host: str, port: int) -> int:
         why = f"port {port} is in use: pass --port" if taken else str(error)
         print(f"ltm console: cannot listen on {host}:{port}: {why}", file=sys.stderr)
         return ExitCode.FAILED
-    log.info("console listening", url=f"http://{host}:{port}/")
+    log.info("console.listening", url=f"http://{host}:{port}/")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -163,6 +164,6 @@ async def run_console(settings: Settings, host: str, port: int) -> int:
     try:
         await stop.wait()
     finally:
-        log.info("console stopping")
+        log.info("console.stopping")
         await runner.cleanup()
     return ExitCode.OK

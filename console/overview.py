@@ -89,7 +89,7 @@ class Overview:
             result = await work
         except Exception as error:  # any fault of that source: shown, retried next time
             if self._problems.get(source) != repr(error):
-                log.warning("overview: a source did not answer", source=source, error=repr(error))
+                log.warning("console.overview_source_silent", source=source, error=repr(error))
             self._problems[source] = repr(error)
             return None
         self._problems.pop(source, None)

@@ -1,17 +1,15 @@
-"""The console's pages: overview, dead letters, memories (with restore), audit."""
+"""The console's pages: overview, dead letters, memories (with restore); the audit page is
+`console.audit_pages`."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Final
 
 import aiohttp_jinja2
 import orjson
-from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelNotFoundEntity
 from aiohttp import web
 
-from console.core.audit import ACTIONS, AuditFilter, BadFilter, event_row, unreadable_row
 from console.core.bodies import shown_body
 from console.core.revisions import diff, revision_views
 from console.security import see_other
@@ -19,16 +17,12 @@ from console.state import STATE, Console, session_of
 from contracts import (
     DeadLettersPurged,
     DeadLettersReplayed,
-    Event,
-    InvalidEnvelope,
     ReplayedCall,
-    decode_event,
     operator_routing_key,
 )
 from infra.logs import get_logger
 from worker.adapters.revisions import UnchangedMemory
 from worker.core.outgoing import OutgoingEvent
-from worker.ops.audit_stream import BadStart, StreamStart, parse_start
 from worker.ops.dead_letters import purge, read_dead_letters, replay
 from worker.ops.recording import record_events
 from worker.ops.revisions import restore_revision
@@ -39,8 +33,6 @@ log = get_logger("ltm.console")
 
 # Dead letters a page lists at most (`ltm dlq list` lists up to 10,000).
 DEAD_LETTERS_SHOWN: Final = 500
-# An audit page's stream says it is alive this often, so that proxies keep it open.
-KEEPALIVE_S: Final = 15.0
 
 routes = web.RouteTableDef()
 
@@ -125,14 +117,14 @@ async def _replay(request: web.Request, event_id: str | None) -> web.StreamRespo
         return see_other("/dead-letters")
     for entry in report.replayed:
         log.info(
-            "dead letter replayed",
+            "console.dead_letter_replayed",
             operator=session.name,
             event_id=entry.event_id,
             tool_call_id=entry.tool_call_id,
         )
     for failed in report.failed:
         log.warning(
-            "dead letter not replayed",
+            "console.dead_letter_not_replayed",
             operator=session.name,
             event_id=failed.entry.event_id,
             tool_call_id=failed.entry.tool_call_id,
@@ -181,7 +173,7 @@ async def purge_all(request: web.Request) -> web.StreamResponse:
             status=400,
         )
     removed = await purge(console.settings)
-    log.warning("dead letters purged", operator=session.name, removed=removed)
+    log.warning("console.dead_letters_purged", operator=session.name, removed=removed)
     await _record(
         console,
         session.name,
@@ -199,7 +191,9 @@ async def _record(
     try:
         await record_events(console.settings, [OutgoingEvent(event, operator_routing_key(action))])
     except Exception as error:
-        log.error("audit record not written", operator=operator, action=action, error=repr(error))
+        log.error(
+            "console.audit_record_not_written", operator=operator, action=action, error=repr(error)
+        )
         raise web.HTTPInternalServerError(
             text=f"the dead letters were {action}, but the audit record of it could not be "
             f"written ({type(error).__name__}: {error})\n"
@@ -320,7 +314,7 @@ async def restore(request: web.Request) -> web.StreamResponse:
     else:
         new = restored.revision
         log.info(
-            "memory restored",
+            "console.memory_restored",
             operator=session.name,
             memory_id=memory_id,
             revision_id=new.revision_id,
@@ -337,96 +331,6 @@ async def restore(request: web.Request) -> web.StreamResponse:
 
 def _ids(request: web.Request) -> tuple[int, int]:
     return int(request.match_info["memory_id"]), int(request.match_info["revision_id"])
-
-
-# -- audit ----------------------------------------------------------------------------------
-
-
-@routes.get("/audit")
-async def audit_page(request: web.Request) -> web.Response:
-    problem = None
-    try:
-        audit_filter = AuditFilter.parse(request.query)
-        start = request.query.get("from", "last").strip() or "last"
-        parse_start(start)
-    except (BadFilter, BadStart) as error:
-        problem, audit_filter, start = str(error), AuditFilter(), "last"
-    return _render(
-        request,
-        "audit.html",
-        {
-            "filter": audit_filter,
-            "start": start,
-            "actions": ACTIONS,
-            "problem": problem,
-            "stream": request.app[STATE].topology.audit_stream,
-        },
-        status=400 if problem else 200,
-    )
-
-
-@routes.get("/audit/events")
-async def audit_events(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: the stream from `from` (or from after the `Last-Event-ID` the
-    browser sends when it reconnects), the events that match the filter."""
-    console = request.app[STATE]
-    try:
-        audit_filter = AuditFilter.parse(request.query)
-        origin: StreamStart = parse_start(request.query.get("from", "last") or "last")
-    except (BadFilter, BadStart) as error:
-        raise web.HTTPBadRequest(text=f"{error}\n") from None
-    resumed = request.headers.get("Last-Event-ID", "")
-    if resumed.isdigit():
-        origin = int(resumed) + 1
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
-    )
-    await response.prepare(request)
-    try:
-        async with console.broker.audit_stream(origin) as deliveries:
-            await _send_events(response, deliveries, audit_filter, console)
-    except ChannelNotFoundEntity:
-        await response.write(
-            b"event: problem\ndata: the audit stream does not exist: run ltm topology\n\n"
-        )
-    except ConnectionResetError:
-        pass  # the page went away
-    return response
-
-
-async def _send_events(
-    response: web.StreamResponse,
-    deliveries: asyncio.Queue[AbstractIncomingMessage],
-    audit_filter: AuditFilter,
-    console: Console,
-) -> None:
-    connection = await console.broker.connection()
-    await response.write(b": attached\n\n")
-    while True:
-        try:
-            message = await asyncio.wait_for(deliveries.get(), KEEPALIVE_S)
-        except TimeoutError:
-            if connection.is_closed:
-                return  # the browser reconnects, from its last event, on a new connection
-            await response.write(b": alive\n\n")
-            continue
-        offset = _offset(message)
-        event: Event | None
-        try:
-            event = decode_event(message.body)
-            row = event_row(event, offset)
-        except InvalidEnvelope as error:
-            event = None
-            row = unreadable_row(offset, message.timestamp, message.routing_key or "", str(error))
-        if audit_filter.matches(event):
-            data = orjson.dumps(row).decode()
-            await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
-        await message.ack()
-
-
-def _offset(message: AbstractIncomingMessage) -> int:
-    offset = (message.headers or {}).get("x-stream-offset")
-    return offset if isinstance(offset, int) else -1
 
 
 def _field(form: Any, name: str) -> str:

@@ -83,7 +83,7 @@ async def require_session(request: web.Request, handler: Handler) -> web.StreamR
         presented = request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD)
         if not csrf_matches(session, presented if isinstance(presented, str) else None):
             log.warning(
-                "change refused: no or wrong CSRF token",
+                "console.csrf_refused",
                 operator=session.name,
                 path=request.path,
             )
@@ -105,7 +105,7 @@ async def services_unavailable(request: web.Request, handler: Handler) -> web.St
         service, failure = "broker", error
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         service, failure = "database", error
-    log.error("a service did not answer", service=service, path=request.path, error=repr(failure))
+    log.error("console.service_silent", service=service, path=request.path, error=repr(failure))
     return aiohttp_jinja2.render_template(
         "unavailable.html",
         request,
@@ -137,7 +137,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     address = request.remote or "unknown"
     wait = console.throttle.retry_after(address)
     if wait is not None:
-        log.warning("login refused: too many failed attempts", address=address)
+        log.warning("console.login_throttled", address=address)
         response = _login_again(request, target, "Too many failed logins: try again later.", 429)
         response.headers["Retry-After"] = str(math.ceil(wait))
         return response
@@ -153,11 +153,11 @@ async def login(request: web.Request) -> web.StreamResponse:
         )
     if not await verify_password(console.password_hash, password):
         console.throttle.failed(address)
-        log.warning("login failed", operator=name, address=address)
+        log.warning("console.login_failed", operator=name, address=address)
         return _login_again(request, target, "Wrong password.", 401)
     console.throttle.succeeded(address)
     token, _ = console.sessions.open(name)
-    log.info("logged in", operator=name, address=address)
+    log.info("console.logged_in", operator=name, address=address)
     response = see_other(target)
     response.set_cookie(
         COOKIE,
@@ -176,7 +176,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
     session = session_of(request)
     console.sessions.close(request.cookies.get(COOKIE))
     console.take_notices(session)
-    log.info("logged out", operator=session.name)
+    log.info("console.logged_out", operator=session.name)
     response = see_other("/login")
     response.del_cookie(COOKIE, path="/")
     return response

@@ -4,7 +4,7 @@ Runs as its own process (`run_gateway`, REST only) or inside a hikari `GatewayBo
 (`Gateway.for_bot(bot, settings)`, `attach_directory(bot, directory)`).
 """
 
-from gateway.app import Gateway, open_sender, run_gateway
+from gateway.app import Gateway
 from gateway.caches import (
     CacheInvalidationConsumer,
     GatewayCaches,
@@ -25,6 +25,7 @@ from gateway.discord_sender import DiscordSender, RetryPolicy, discord_nonce, is
 from gateway.embeds import to_hikari_embed
 from gateway.memories import MemoryReader, MemorySource
 from gateway.metrics import EmbedFailure, GatewayMetrics
+from gateway.process import open_sender, run_gateway
 from gateway.shard_consumer import ResultSink, SeenEvents, ShardConsumer
 from gateway.tool_client import (
     TIMEOUT_STATUS,

@@ -21,13 +21,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from contracts import CacheInvalidate, CacheName, InvalidEnvelope, Topology, decode_event
-from gateway.inflight import InFlight
+from contracts import CacheInvalidate, CacheName, Event, Topology
+from gateway.consumer import EventConsumer
 from gateway.metrics import GatewayMetrics
 from infra.logs import get_logger
 from infra.settings import Settings
+from infra.settlement import Outcome
 from infra.topology import declare_cache_queue
 
 __all__ = [
@@ -147,8 +148,11 @@ def instance_name() -> str:
     return f"{host or 'host'}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-class CacheInvalidationConsumer:
+class CacheInvalidationConsumer(EventConsumer):
     """Consumes this process's cache queue and drops the entry each message names."""
+
+    log_prefix = "cache"
+    accepts = (CacheInvalidate,)
 
     def __init__(
         self,
@@ -159,53 +163,28 @@ class CacheInvalidationConsumer:
         *,
         metrics: GatewayMetrics | None = None,
     ) -> None:
-        self._channel = channel
-        self._topology = topology
+        super().__init__(channel, topology, metrics)
         self._caches = caches
         self.instance = instance
-        self._metrics = metrics or GatewayMetrics()
-        self._queue: AbstractQueue | None = None
-        self._consumer_tag: str | None = None
-        self._inflight = InFlight()
 
     @property
     def queue_name(self) -> str:
         return self._topology.cache_queue(self.instance)
 
     async def start(self) -> None:
-        self._queue = await declare_cache_queue(self._channel, self._topology, self.instance)
-        self._consumer_tag = await self._queue.consume(self._on_message)
+        await self._consume(await declare_cache_queue(self._channel, self._topology, self.instance))
         log.info("cache.consuming", queue=self.queue_name)
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        if self._queue is not None and self._consumer_tag is not None:
-            try:
-                await self._queue.cancel(self._consumer_tag)
-            except Exception as error:  # the channel may already be gone
-                log.warning("cache.cancel_failed", error=repr(error))
-            self._consumer_tag = None
-        await self._inflight.drain(grace_s)
-
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        with self._inflight.track():
-            try:
-                event = decode_event(message.body)
-            except InvalidEnvelope as error:
-                log.error("cache.undecodable", reason=str(error), message_id=message.message_id)
-                await message.reject(requeue=False)
-                return
-            if not isinstance(event, CacheInvalidate):
-                log.error("cache.unexpected_event", event_type=event.event_type)
-                await message.reject(requeue=False)
-                return
-            dropped = self._caches.invalidate(event.cache, event.key)
-            self._metrics.cache_invalidations.labels(event.cache, str(dropped).lower()).inc()
-            log.info(
-                "cache.invalidated",
-                tool_call_id=event.tool_call_id,
-                event_id=str(event.event_id),
-                cache=event.cache,
-                key=event.key,
-                held=dropped,
-            )
-            await message.ack()
+    async def _handle(self, event: Event, message: AbstractIncomingMessage) -> Outcome:
+        assert isinstance(event, CacheInvalidate)
+        dropped = self._caches.invalidate(event.cache, event.key)
+        self._metrics.cache_invalidations.labels(event.cache, str(dropped).lower()).inc()
+        log.info(
+            "cache.invalidated",
+            tool_call_id=event.tool_call_id,
+            event_id=str(event.event_id),
+            cache=event.cache,
+            key=event.key,
+            held=dropped,
+        )
+        return Outcome.HANDLED

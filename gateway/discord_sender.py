@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 import hikari
+import structlog
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -90,26 +91,7 @@ class DiscordSender:
             channel_id=request.channel_id,
         )
         embed = to_hikari_embed(request.embed)
-        policy = self._policy
-
-        def before_sleep(state: RetryCallState) -> None:
-            outcome = state.outcome
-            error = outcome.exception() if outcome is not None else None
-            bound.warning(
-                "embed.send_retrying",
-                attempt=state.attempt_number,
-                wait_s=round(state.upcoming_sleep, 3),
-                error=repr(error),
-            )
-
-        retrying = AsyncRetrying(
-            stop=stop_after_delay(policy.retry_for_s),
-            wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s)
-            + wait_random(0, policy.first_wait_s),
-            retry=retry_if_exception(is_transient),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+        retrying = self._retrying(bound)
         try:
             with tracing.posting("POST", _CREATE_MESSAGE, channel_id=request.channel_id) as span:
                 try:
@@ -156,3 +138,26 @@ class DiscordSender:
             return Delivery.RETRY_LATER
         bound.info("embed.sent", message_id=str(message.id))
         return Delivery.SENT
+
+    def _retrying(self, bound: structlog.stdlib.BoundLogger) -> AsyncRetrying:
+        """Retries of transient failures within the policy's budget, each one logged."""
+        policy = self._policy
+
+        def before_sleep(state: RetryCallState) -> None:
+            outcome = state.outcome
+            error = outcome.exception() if outcome is not None else None
+            bound.warning(
+                "embed.send_retrying",
+                attempt=state.attempt_number,
+                wait_s=round(state.upcoming_sleep, 3),
+                error=repr(error),
+            )
+
+        return AsyncRetrying(
+            stop=stop_after_delay(policy.retry_for_s),
+            wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s)
+            + wait_random(0, policy.first_wait_s),
+            retry=retry_if_exception(is_transient),
+            before_sleep=before_sleep,
+            reraise=True,
+        )

@@ -22,20 +22,14 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from contracts import (
-    EmbedRequested,
-    InvalidEnvelope,
-    ToolCallCompleted,
-    Topology,
-    decode_event,
-)
+from contracts import EmbedRequested, Event, ToolCallCompleted, Topology
+from gateway.consumer import EventConsumer
 from gateway.delivery import Delivery, EmbedSender
-from gateway.inflight import InFlight
 from gateway.metrics import GatewayMetrics
-from infra import tracing
 from infra.logs import get_logger
+from infra.settlement import Outcome
 from infra.topology import declare_shard_queue
 
 __all__ = ["ResultSink", "SeenEvents", "ShardConsumer"]
@@ -92,8 +86,12 @@ class _KeyedLocks:
                 self._locks[key] = (lock, users - 1)
 
 
-class ShardConsumer:
+class ShardConsumer(EventConsumer):
     """Consumes the queues of the shards this process owns."""
+
+    log_prefix = "shard"
+    accepts = (ToolCallCompleted, EmbedRequested)
+    traced = True
 
     def __init__(
         self,
@@ -106,116 +104,60 @@ class ShardConsumer:
         metrics: GatewayMetrics | None = None,
     ) -> None:
         """`channel` should have a prefetch (QoS) set: it bounds the deliveries in flight."""
-        self._channel = channel
-        self._topology = topology
+        super().__init__(channel, topology, metrics)
         self._sender = sender
         self._results = results
-        self._metrics = metrics or GatewayMetrics()
         self.seen = seen or SeenEvents()
         self._locks = _KeyedLocks()
-        self._inflight = InFlight()
-        self._consumers: dict[int, tuple[AbstractQueue, str]] = {}
+        self._shards: set[int] = set()
         # Sends run as tasks of their own: a channel closing cancels the delivery's handler,
         # not a POST already on its way, and the redelivered copy waits for that POST.
         self._sending: dict[uuid.UUID, asyncio.Task[Delivery]] = {}
 
     @property
     def shards(self) -> tuple[int, ...]:
-        return tuple(sorted(self._consumers))
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._inflight)
+        return tuple(sorted(self._shards))
 
     async def start(self, shards: Iterable[int]) -> None:
         """Declares (idempotently) and consumes each shard's queue; already consumed ones stay."""
         for shard_id in shards:
-            if shard_id in self._consumers:
+            if shard_id in self._shards:
                 continue
             queue = await declare_shard_queue(self._channel, self._topology, shard_id)
-            tag = await queue.consume(self._on_message)
-            self._consumers[shard_id] = (queue, tag)
+            await self._consume(queue)
+            self._shards.add(shard_id)
             log.info("shard.consuming", shard_id=shard_id, queue=queue.name)
 
     async def stop(self, grace_s: float = 20.0) -> None:
-        """Stops taking deliveries, then waits up to `grace_s` for those being handled."""
-        for shard_id, (queue, tag) in list(self._consumers.items()):
-            try:
-                await queue.cancel(tag)
-            except Exception as error:  # the channel may already be closed
-                log.warning("shard.cancel_failed", shard_id=shard_id, error=repr(error))
-        self._consumers.clear()
-        cancelled = await self._inflight.drain(grace_s)
-        if cancelled:
-            log.warning("shard.stop_cancelled_deliveries", count=cancelled)
+        """Stops taking deliveries, waits up to `grace_s` for those being handled, and for the
+        sends under way."""
+        await super().stop(grace_s)
+        self._shards.clear()
         sending = list(self._sending.values())
         if sending:
             _, late = await asyncio.wait(sending, timeout=grace_s)
             for task in late:
                 task.cancel()
 
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        with (
-            self._inflight.track(),
-            tracing.processing(
-                headers=message.headers,
-                exchange=message.exchange,
-                routing_key=message.routing_key,
-                message_id=message.message_id,
-                conversation_id=message.correlation_id,
-            ) as span,
-        ):
-            try:
-                event = decode_event(message.body)
-            except InvalidEnvelope as error:
-                log.error(
-                    "shard.undecodable",
-                    reason=str(error),
-                    message_id=message.message_id,
-                    tool_call_id=message.correlation_id,
-                    routing_key=message.routing_key,
-                )
-                tracing.failed(span, "undecodable", str(error))
-                await message.reject(requeue=False)
-                return
-            if not isinstance(event, ToolCallCompleted | EmbedRequested):
-                log.error(
-                    "shard.unexpected_event",
+    async def _handle(self, event: Event, message: AbstractIncomingMessage) -> Outcome:
+        assert isinstance(event, ToolCallCompleted | EmbedRequested)
+        async with self._locks.hold(event.event_id):
+            if event.event_id in self.seen:
+                log.info(
+                    "shard.duplicate",
                     event_type=event.event_type,
                     event_id=str(event.event_id),
-                    tool_call_id=event.correlation_id,
+                    tool_call_id=event.tool_call_id,
+                    redelivered=message.redelivered,
                 )
-                tracing.failed(span, "unexpected_event", event.event_type)
-                await message.reject(requeue=False)
-                return
-            async with self._locks.hold(event.event_id):
-                await self._handle(event, message)
-
-    async def _handle(
-        self, event: ToolCallCompleted | EmbedRequested, message: AbstractIncomingMessage
-    ) -> None:
-        if event.event_id in self.seen:
-            log.info(
-                "shard.duplicate",
-                event_type=event.event_type,
-                event_id=str(event.event_id),
-                tool_call_id=event.tool_call_id,
-                redelivered=message.redelivered,
-            )
-            await message.ack()
-            return
-        if isinstance(event, ToolCallCompleted):
-            waiting = self._results.resolve(event)
-            self._metrics.results.labels(str(waiting).lower()).inc()
-            self.seen.add(event.event_id)
-            await message.ack()
-            return
-
-        outcome = await asyncio.shield(self._send_once(event))
-        if outcome is Delivery.RETRY_LATER:
-            await message.nack(requeue=True)
-            return
-        await message.ack()
+                return Outcome.HANDLED
+            if isinstance(event, ToolCallCompleted):
+                waiting = self._results.resolve(event)
+                self._metrics.results.labels(str(waiting).lower()).inc()
+                self.seen.add(event.event_id)
+                return Outcome.HANDLED
+            sent = await asyncio.shield(self._send_once(event))
+            return Outcome.RETRY_LATER if sent is Delivery.RETRY_LATER else Outcome.HANDLED
 
     def _send_once(self, event: EmbedRequested) -> asyncio.Task[Delivery]:
         """The send of this event: the one under way, or a new one."""

@@ -223,12 +223,8 @@ class ToolClient:
         `ToolClientUnavailable`."""
         tool_call_id = request.tool_call_id
         shard_id = request.context.shard_id
-        if self._closed or self._exchange is None:
-            raise ToolClientUnavailable("the gateway is not running")
-        if self._shards is not None and shard_id not in self._shards:
-            raise ToolClientUnavailable(f"shard {shard_id} is not consumed by this process")
-        if tool_call_id in self._waiting:
-            raise ToolClientUnavailable(f"tool call {tool_call_id!r} is already waiting")
+        self._check_can_send(tool_call_id, shard_id)
+        assert self._exchange is not None
         future: asyncio.Future[ToolCallCompleted] = asyncio.get_running_loop().create_future()
         self._waiting[tool_call_id] = future  # before publishing: the answer can be fast
         properties = amqp_properties(request)
@@ -279,6 +275,15 @@ class ToolClient:
             self._waiting.pop(tool_call_id, None)
             if not future.done():
                 future.cancel()
+
+    def _check_can_send(self, tool_call_id: str, shard_id: int) -> None:
+        """Raises `ToolClientUnavailable` when this call cannot be sent from here."""
+        if self._closed or self._exchange is None:
+            raise ToolClientUnavailable("the gateway is not running")
+        if self._shards is not None and shard_id not in self._shards:
+            raise ToolClientUnavailable(f"shard {shard_id} is not consumed by this process")
+        if tool_call_id in self._waiting:
+            raise ToolClientUnavailable(f"tool call {tool_call_id!r} is already waiting")
 
     def resolve(self, completed: ToolCallCompleted) -> bool:
         """Hands a result to its waiting call; False when no call here waits for it."""

@@ -134,7 +134,7 @@ class BrokerNodes:
                 if number == len(nodes):
                     raise
                 log.warning(
-                    "broker node unreachable; trying the next",
+                    "amqp.node_unreachable",
                     url=node.shown,
                     error=mask_passwords(repr(error)),
                 )
@@ -158,7 +158,7 @@ class FailoverConnection(RobustConnection):
     async def _on_connection_close(self, closing: Any) -> None:
         if self.node is not None and not self.close_called:
             self.nodes.failed(self.node)
-            log.warning("broker connection lost; trying the next node", url=self.node.shown)
+            log.warning("amqp.node_connection_lost", url=self.node.shown)
         await super()._on_connection_close(closing)
 
     async def _RobustConnection__connect_transport(self) -> None:  # noqa: N802
@@ -172,7 +172,7 @@ class FailoverConnection(RobustConnection):
 
         await self.nodes.first_answering(attempt)
         if self.node is not None:
-            log.info("connected to a broker node", url=self.node.shown)
+            log.info("amqp.node_connected", url=self.node.shown)
 
 
 async def connect(settings: Settings, **options: Any) -> AbstractConnection:

@@ -85,12 +85,10 @@ def _exactly_or(names: Iterable[str], *patterns: str) -> str:
     return "^(?:" + "|".join([*(re.escape(name) for name in names), *patterns]) + ")$"
 
 
-def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ...]:
-    """The three roles' accounts under `topology`'s names, for the given user names."""
-    t = topology
+def _worker_grant(t: Topology) -> Grant:
+    """The worker's permissions: its topology, its queue, and publishing what it emits."""
     shard_queues = re.escape(t.shard_queue(0)).removesuffix("0") + r"\d+"
-    gateway_queues = re.escape(t.gateway_queues_prefix) + ".+"
-    worker = Grant(
+    return Grant(
         # The topology, and a shard's queue the first time it replies to that shard.
         configure=_exactly_or(
             (
@@ -120,6 +118,12 @@ def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ..
             t.tool_calls_exchange, t.dead_letter_exchange, t.events_exchange, t.worker_queue
         ),
     )
+
+
+def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ...]:
+    """The three roles' accounts under `topology`'s names, for the given user names."""
+    t = topology
+    gateway_queues = re.escape(t.gateway_queues_prefix) + ".+"
     bot = Grant(
         configure="^" + gateway_queues + "$",
         write=_exactly_or((t.tool_calls_exchange,), gateway_queues),
@@ -143,7 +147,7 @@ def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ..
         TopicGrant(t.events_exchange, write=r"^(?:memory\.restored|cache)\..+$", read=_NOTHING),
     )
     return (
-        Account(Role.WORKER, users[Role.WORKER], worker),
+        Account(Role.WORKER, users[Role.WORKER], _worker_grant(t)),
         Account(Role.BOT, users[Role.BOT], bot, bot_topics),
         Account(Role.OPERATOR, users[Role.OPERATOR], operator, operator_topics),
     )

@@ -83,7 +83,7 @@ class Supervisor:
             if child.poll() is None:
                 child.kill()  # first: the log line after it may go nowhere
                 log.warning(
-                    "killed: still running after the grace",
+                    "run_local.killed_after_grace",
                     pid=child.pid,
                     args=child.args,
                     grace_s=self.grace_s,

@@ -106,7 +106,7 @@ async def ensure_topology(connection: AbstractConnection, topology: Topology) ->
     missing = await _first_missing(connection, declarations)
     if missing is None:
         return
-    log.info("topology missing; declaring it", missing=missing, prefix=topology.prefix)
+    log.info("topology.declaring_missing", missing=missing, prefix=topology.prefix)
     channel = await aio_pika.Channel(connection)
     try:
         await declare(channel, declarations)

@@ -17,16 +17,22 @@ extracted, no span object made and no header written.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
-import structlog
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from infra.tracing_setup import (
+    INSTRUMENTATION_NAME,
+    configure_tracing,
+    enabled,
+    use_tracer_provider,
+)
+from infra.tracing_setup import STATE as _STATE
 
 __all__ = [
     "CURRENT",
@@ -46,8 +52,6 @@ __all__ = [
     "transaction",
     "use_tracer_provider",
 ]
-
-INSTRUMENTATION_NAME: Final = "tomori-ltm"
 
 # Attribute names of the semantic conventions (a unit test holds them to the
 # `opentelemetry-semantic-conventions` package, which the code does not need at run time).
@@ -74,12 +78,6 @@ RABBITMQ: Final = "rabbitmq"
 _DEFAULT_EXCHANGE: Final = "amq.default"
 POSTGRESQL: Final = "postgresql"
 
-# Values of OTEL_TRACES_EXPORTER this module can build, and the extra that brings them.
-_EXPORTERS: Final = ("otlp", "console")
-_EXTRA_HINT: Final = "pip install 'tomori-ltm[tracing]'"
-
-log = structlog.get_logger("ltm.tracing")
-
 
 class _Current:
     """The parent of a span is the current span (the default)."""
@@ -93,115 +91,7 @@ CURRENT: Final = _Current()
 # trace (a row written with tracing off; a replay, which links to the original instead).
 Parent = _Current | str | None
 
-
-class _State:
-    """The tracer in use: None while tracing is off (the one check of the off path)."""
-
-    tracer: trace.Tracer | None = None
-
-
-_state: Final = _State()
 _OFF: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
-
-
-def enabled() -> bool:
-    return _state.tracer is not None
-
-
-def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
-    """Traces with `provider` from now on (None: tracing off). For tests, and for a host
-    program that keeps its provider to itself; `configure_tracing` is the usual way."""
-    _state.tracer = None if provider is None else provider.get_tracer(INSTRUMENTATION_NAME)
-
-
-def configure_tracing(service_name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Turns tracing on when the environment asks for it; True when it is on.
-
-    On when a tracer provider is installed already (the host program's own SDK), or when
-    `OTEL_TRACES_EXPORTER` names `otlp` or `console`, or is unset while an OTLP endpoint is
-    (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`). Off when
-    `OTEL_SDK_DISABLED` is true, or the SDK is not installed (said once in the log).
-    `service_name` is the default of `OTEL_SERVICE_NAME`. The SDK reads the rest itself:
-    `OTEL_EXPORTER_OTLP_*`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`.
-    """
-    if _state.tracer is not None:
-        return True
-    env = os.environ if environ is None else environ
-    installed = trace.get_tracer_provider()
-    if not isinstance(installed, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-        _state.tracer = installed.get_tracer(INSTRUMENTATION_NAME)
-        return True
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporters = _exporters_asked(env)
-    if not exporters:
-        return False
-    try:
-        provider = _sdk_provider(service_name, exporters, env)
-    except ImportError as error:
-        log.warning(
-            "tracing asked for, but the OpenTelemetry SDK is not installed: tracing stays off",
-            missing=error.name,
-            install=_EXTRA_HINT,
-        )
-        return False
-    trace.set_tracer_provider(provider)
-    _state.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-    log.info("tracing on", service=service_name, exporters=list(exporters))
-    return True
-
-
-def _exporters_asked(env: Mapping[str, str]) -> tuple[str, ...]:
-    named = env.get("OTEL_TRACES_EXPORTER")
-    if named is None:
-        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
-            "OTEL_EXPORTER_OTLP_ENDPOINT"
-        )
-        return ("otlp",) if endpoint else ()
-    names = tuple(dict.fromkeys(part.strip().lower() for part in named.split(",")))
-    unknown = [name for name in names if name and name != "none" and name not in _EXPORTERS]
-    if unknown:
-        log.warning("unknown OTEL_TRACES_EXPORTER values ignored", unknown=unknown)
-    return tuple(name for name in names if name in _EXPORTERS)
-
-
-def _sdk_provider(
-    service_name: str, exporters: Sequence[str], env: Mapping[str, str]
-) -> trace.TracerProvider:
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    resource = Resource.create()
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
-    # Spans still queued are exported at exit (the provider's own atexit hook).
-    provider = TracerProvider(resource=resource)
-    for name in exporters:
-        provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
-    return provider
-
-
-def _exporter(name: str, env: Mapping[str, str]) -> Any:
-    if name == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        return ConsoleSpanExporter()
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    )
-    if protocol.strip() == "grpc":
-        # Not in the `tracing` extra (grpcio is large): installed by those who want it.
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
-
-        return GrpcSpanExporter()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter()
 
 
 # -- context in AMQP headers ---------------------------------------------------------------
@@ -257,7 +147,7 @@ def sending(
     `linked_headers`: the headers of an earlier message this one repeats (a replayed dead
     letter), whose context the span links to.
     """
-    tracer = _state.tracer
+    tracer = _STATE.tracer
     if tracer is None:
         return _OFF
     links: tuple[Link, ...] = ()
@@ -318,7 +208,7 @@ def processing(
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CONSUMER span `process <exchange>`, the child of the context in the delivery's
     headers (a new trace without one), current until the delivery is settled."""
-    tracer = _state.tracer
+    tracer = _STATE.tracer
     if tracer is None:
         return _OFF
     attributes: dict[str, Any] = {
@@ -343,7 +233,7 @@ def settling(
     operation: str, *, exchange: str | None, delivery_tag: int | None
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CLIENT span `<ack|nack> <exchange>` for settling a delivery."""
-    tracer = _state.tracer
+    tracer = _STATE.tracer
     if tracer is None:
         return _OFF
     return tracer.start_as_current_span(
@@ -368,7 +258,7 @@ def transaction(
     its own, linked to each call's span, and each call's span links back to it: batching
     never merges the calls' traces.
     """
-    tracer = _state.tracer
+    tracer = _STATE.tracer
     if tracer is None:
         return _OFF
     return _batch(tracer, [span for span in calls if span is not None], database, len(calls))
@@ -406,7 +296,7 @@ def posting(
     method: str, url_template: str, *, channel_id: str
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CLIENT span `<method> <url template>` for a request to Discord's API."""
-    tracer = _state.tracer
+    tracer = _STATE.tracer
     if tracer is None:
         return _OFF
     return tracer.start_as_current_span(
@@ -439,7 +329,7 @@ def failed(
 
 def current_span() -> Span | None:
     """The current span while tracing is on; None when it is off."""
-    return None if _state.tracer is None else trace.get_current_span()
+    return None if _STATE.tracer is None else trace.get_current_span()
 
 
 def traceparent_of(span: Span | None) -> str | None:
@@ -460,7 +350,7 @@ def trace_id_of(span: Span | None) -> str | None:
 
 def add_trace_ids(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
     """A structlog processor: `trace_id` and `span_id` on every line logged within a span."""
-    if _state.tracer is not None:
+    if _STATE.tracer is not None:
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
             event_dict["trace_id"] = f"{context.trace_id:032x}"

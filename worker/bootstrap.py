@@ -49,7 +49,7 @@ def _stop_on_signals(worker: Worker) -> None:
         if worker.stopping:  # Ctrl-C reaches every process of the group, then a SIGTERM
             return
         worker.stop()  # before the log line: a stop must not depend on the output
-        log.info("stopping: draining in-flight calls")
+        log.info("worker.stopping")
 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -96,7 +96,7 @@ async def run_worker(settings: Settings) -> int:
 
 
 async def run_gateway(settings: Settings, shards: tuple[int, ...], shard_count: int) -> int:
-    from gateway.app import run_gateway as run
+    from gateway.process import run_gateway as run
 
     return await run(settings, shards, shard_count)
 

@@ -38,7 +38,7 @@ class BrokerLink:
         async with self._opening:
             if self._connection is None or self._connection.is_closed:
                 self._connection = await self._nodes.connect()
-                log.info("connected to the broker")
+                log.info("console.broker_connected")
             return self._connection
 
     async def close(self) -> None:

@@ -98,7 +98,7 @@ class PostgresInstance:
             )
         except LocalNodeError as error:
             raise LocalNodeError(f"{error}\n{self.log_tail()}") from None
-        log.info("postgres instance running", role=self.role, port=self.port, pid=self.pid)
+        log.info("localnodes.postgres_running", role=self.role, port=self.port, pid=self.pid)
 
     def stop(self) -> None:
         """Fast shutdown (sessions ended, nothing lost), else SIGKILL of our postmaster."""
@@ -106,15 +106,15 @@ class PostgresInstance:
             try:
                 self.pg_ctl("-m", "fast", "-w", "-t", "30", "stop", timeout=35)
             except LocalNodeError as error:
-                log.warning("postgres did not stop gracefully", role=self.role, error=str(error))
+                log.warning("localnodes.postgres_stop_forced", role=self.role, error=str(error))
             kill_ours(read_pid(self.data_dir / "postmaster.pid"), self.data_dir)
-        log.info("postgres instance stopped", role=self.role, port=self.port)
+        log.info("localnodes.postgres_stopped", role=self.role, port=self.port)
 
     def kill(self) -> None:
         """SIGKILL of the postmaster, as a crash of the machine it runs on would look."""
         if not kill_ours(read_pid(self.data_dir / "postmaster.pid"), self.data_dir):
             raise LocalNodeError(f"the {self.role} is not running: nothing to kill")
-        log.info("postgres instance killed", role=self.role, port=self.port)
+        log.info("localnodes.postgres_killed", role=self.role, port=self.port)
 
     def configure(self, settings: str) -> None:
         with (self.data_dir / "postgresql.conf").open("a") as conf:
@@ -315,7 +315,7 @@ class PostgresPair:
             timeout=timeout,
             what=f"{STANDBY_NAME} to stream synchronously",
         )
-        log.info("postgres standby synchronous", standby=STANDBY_NAME)
+        log.info("localnodes.postgres_standby_synchronous", standby=STANDBY_NAME)
 
     def kill_primary(self) -> None:
         self.primary.kill()
@@ -326,7 +326,7 @@ class PostgresPair:
         if self.standby is None:
             raise LocalNodeError("this pair has no standby to promote")
         self.standby.pg_ctl("-w", "-t", f"{timeout:.0f}", "promote", timeout=timeout + 5)
-        log.info("postgres standby promoted", port=self.standby.port)
+        log.info("localnodes.postgres_standby_promoted", port=self.standby.port)
 
     def url(self, dbname: str = "postgres", params: Mapping[str, str] | None = None) -> str:
         """The libpq URL over both instances: connections go to the one that takes writes."""

@@ -121,7 +121,8 @@ async def test_a_call_from_a_shard_without_a_queue_leaves_its_replies_waiting_th
     # Beyond LTM_SHARD_COUNT: said once, naming the call that brought it.
     [warning] = _warnings_about(worker_process, CALL_SHARD)
     assert warning["tool_call_id"] == call.tool_call_id
-    assert "LTM_SHARD_COUNT" in warning["event"]
+    assert warning["event"] == "worker.shard_beyond_shard_count"
+    assert warning["setting"] == "LTM_SHARD_COUNT"
     assert warning["queue"] == queue
 
 

@@ -261,7 +261,7 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     answered = [
         line
         for line in lines
-        if line.get("event") == "tool call answered" and line.get("tool_call_id") == tool_call_id
+        if line.get("event") == "worker.call_answered" and line.get("tool_call_id") == tool_call_id
     ]
     assert [(line["trace_id"], line["span_id"]) for line in answered] == [
         (publish.trace_id, consume.span_id)

@@ -88,9 +88,9 @@ def test_the_worker_says_whom_it_trusts_at_start(
     guarded: tuple[Settings, Topology, AbstractChannel, LtmProcess],
 ) -> None:
     _, _, _, worker = guarded
-    [line] = _log_lines(worker, "accepted from these broker users only")
+    [line] = _log_lines(worker, "worker.trusted_publishers")
     assert line["users"] == sorted([TRUSTED, "ltm-operator-of-the-test"])
-    assert _log_lines(worker, "LTM_TRUSTED_PUBLISHERS is not set") == []
+    assert _log_lines(worker, "worker.every_publisher_trusted") == []
 
 
 @pytest.mark.usefixtures("worker_process")
@@ -102,4 +102,4 @@ async def test_unset_every_publisher_is_taken_and_the_worker_says_so_once(
     async with tap_events(channel, topology.events_exchange, ["result.#"]) as tap:
         await _publish(channel, topology, call)  # no user_id at all
         await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
-    assert len(_log_lines(worker_process, "LTM_TRUSTED_PUBLISHERS is not set")) == 1
+    assert len(_log_lines(worker_process, "worker.every_publisher_trusted")) == 1

@@ -215,7 +215,7 @@ async def test_a_different_call_under_a_used_id_is_refused_and_nothing_is_writte
     rows = await world.outbox_of_call(call.tool_call_id)
     assert [row["event_id"] for row in rows] == [row["event_id"] for row in outbox]
     line = await eventually(
-        lambda: _logged_line(worker_process, "already used for a different call"),
+        lambda: _logged_line(worker_process, "worker.tool_call_id_reused"),
         what="the refusal logged",
     )
     assert line["level"] == "warning"

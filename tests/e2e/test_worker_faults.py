@@ -166,7 +166,8 @@ async def test_work_goes_on_after_the_broker_closes_every_connection(
                     )
             if calls is before:
                 await eventually(
-                    lambda: worker.logged("broker connection lost"), what="the worker noticing"
+                    lambda: worker.logged("worker.broker_connection_lost"),
+                    what="the worker noticing",
                 )
                 await worker.wait_ready_async(timeout=30)
     for call in before + after:
@@ -192,7 +193,7 @@ async def test_a_channel_the_broker_closes_makes_the_worker_start_over(
             # worker starts over on a new connection, declaring the exchange again.
             await publish_tool_call(channel, topology, first)
             await eventually(
-                lambda: worker.logged("broker connection lost"),
+                lambda: worker.logged("worker.broker_connection_lost"),
                 timeout=30,
                 what="the worker starting over",
             )
@@ -262,7 +263,7 @@ async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
     retried = [
         entry["batch"]
         for entry in map(json.loads, worker.output().splitlines())
-        if entry.get("event") == "transient database fault; retrying"
+        if entry.get("event") == "worker.db_retrying"
     ]
     assert retried and set(retried) == {1}
     for call, memory_id in zip(free, memory_ids[1:], strict=True):
@@ -338,7 +339,7 @@ async def test_sigterm_drains_in_flight_calls_and_exits_zero(
             )
             ours = {call.tool_call_id for call in calls}
             answered = {e.tool_call_id for e in tap.events(ToolCallCompleted)} & ours
-        assert "worker stopped" in worker.output()
+        assert "worker.stopped" in worker.output()
     assert answered == recorded
     # Whatever it had taken it answered; whatever it had not is still queued, untouched.
     for n, (call, memory_id) in enumerate(zip(calls, memory_ids, strict=True)):

@@ -53,7 +53,7 @@ async def test_a_connection_lost_while_the_worker_sets_up_is_opened_again(
             proxy.stall_at(BASIC_QOS)
         async with _proxied_worker(services, tmp_path, proxy) as worker:
             await eventually(
-                lambda: worker.logged("broker connection failed"),
+                lambda: worker.logged("worker.broker_connection_failed"),
                 timeout=30,
                 what="the worker giving up on its first connection",
             )
@@ -85,7 +85,7 @@ async def test_the_outbox_sweep_outlives_a_stalled_broker_connection(
         # Left behind by a crash: the sweep publishes it into the stalled path.
         stuck = await _unpublished_row(world, age_s=60)
         await eventually(
-            lambda: worker.logged("broker connection lost"),
+            lambda: worker.logged("worker.broker_connection_lost"),
             timeout=30,
             what="the worker giving up on the stalled connection",
         )

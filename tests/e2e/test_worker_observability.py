@@ -90,7 +90,7 @@ async def test_the_dead_lettering_line_names_the_copy_and_the_call(
         assert event_id == fields["event_id"]
 
     async def the_line() -> list[dict[str, Any]] | None:
-        return _logged(worker_process, "dead-lettering", event_id=event_id) or None
+        return _logged(worker_process, "worker.dead_lettering", event_id=event_id) or None
 
     [line] = await eventually(the_line, what=f"a dead-lettering line with event_id {event_id}")
     assert line["tool_call_id"] == (None if body_kind == "not-json" else tool_call_id)

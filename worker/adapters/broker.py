@@ -265,7 +265,7 @@ class ShardQueues:
             # Declared otherwise by someone else (other arguments), or not ours to declare:
             # the replies go where the broker's bindings send them, as they would have.
             log.warning(
-                "could not declare the queue of a shard",
+                "worker.shard_queue_declare_failed",
                 queue=queue,
                 shard_id=shard_id,
                 error=repr(error),
@@ -273,14 +273,15 @@ class ShardQueues:
             return
         if shard_id >= self._shard_count:
             log.warning(
-                "replies for a shard beyond LTM_SHARD_COUNT: its queue is declared, and they "
-                "wait there for a gateway",
+                # Its queue is declared all the same: the replies wait there for a gateway.
+                "worker.shard_beyond_shard_count",
                 queue=queue,
                 shard_id=shard_id,
                 shard_count=self._shard_count,
+                setting="LTM_SHARD_COUNT",
             )
         else:
-            log.info("shard queue declared", queue=queue, shard_id=shard_id)
+            log.info("worker.shard_queue_declared", queue=queue, shard_id=shard_id)
 
 
 async def confirming_channel(

@@ -112,7 +112,15 @@ def resolve_target_user(
 
     # Beyond the spec, and only where it would find nobody: a candidate label, so that
     # the LLM can call again with one of the labels an ambiguity offered it.
-    found = _conclude(
+    found = _by_label(wanted, participants, humans)
+    return found if found is not None else NoSuchUser()
+
+
+def _by_label(
+    wanted: str, participants: Sequence[Participant], humans: Sequence[DirectoryMember]
+) -> Resolution | None:
+    """The participant or member whose candidate label (as an ambiguity lists it) is `wanted`."""
+    return _conclude(
         [
             *(
                 _from_participant(participant, "participant")
@@ -122,7 +130,6 @@ def resolve_target_user(
             *(_from_member(member) for member in humans if _same(member_label(member), wanted)),
         ]
     )
-    return found if found is not None else NoSuchUser()
 
 
 def _by_matrix_id(query: str, participants: Sequence[Participant]) -> Resolution | None:

@@ -202,7 +202,7 @@ async def restore_revision(
     finally:
         await engine.dispose()
     log.info(
-        "memory restored",
+        "ltm.memory_restored",
         memory_id=restored.revision.memory_id,
         tool_call_id=tool_call_id,
         actor=actor,

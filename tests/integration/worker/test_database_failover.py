@@ -75,7 +75,7 @@ async def test_calls_in_flight_when_the_primary_dies_are_answered_once_after_pro
                     statuses = {event.status for event in tap.events(ToolCallCompleted)}
                     assert statuses == {MemoryStatus.UPDATED}, worker.output()[-3000:]
                     # Calls met the dead primary, and were retried.
-                    assert "transient database fault; retrying" in worker.output()
+                    assert "worker.db_retrying" in worker.output()
         for memory_id, call in before + during:
             assert len(await world.revisions_of_call(call.tool_call_id)) == 1
             assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]

@@ -32,10 +32,10 @@ def test_errors_the_faults_explain_are_not_reported(tmp_path: Path) -> None:
     log.write_text(
         "\n".join(
             [
-                _line("info", "consuming"),
-                _line("warning", "broker connection lost; reconnecting"),
+                _line("info", "worker.consuming"),
+                _line("warning", "worker.broker_connection_lost"),
                 _line("error", 'Unexpected connection close from remote "amqp://..."'),
-                _line("error", "database unavailable past the retry budget"),
+                _line("error", "worker.db_unavailable"),
             ]
         )
         + "\n"

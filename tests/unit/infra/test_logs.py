@@ -62,9 +62,9 @@ def test_lines_reach_a_working_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stderr", stderr)
     configure_logging("INFO", "json")
 
-    get_logger("test").info("consuming", tool_call_id="c-2")
+    get_logger("test").info("worker.consuming", tool_call_id="c-2")
     logging.getLogger("a.library").warning("a library's line")
 
     lines = stderr.getvalue().splitlines()
-    assert '"event":"consuming"' in lines[0] and '"tool_call_id":"c-2"' in lines[0]
+    assert '"event":"worker.consuming"' in lines[0] and '"tool_call_id":"c-2"' in lines[0]
     assert "a library's line" in lines[1]

@@ -1,0 +1,128 @@
+"""The gateway's consumers over their shared base: decode, hand over, settle. In process, with
+fake messages (no broker); each settlement is the one `infra.settlement` decides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+
+from contracts import (
+    UPDATE_LONG_TERM_MEMORY,
+    CacheInvalidate,
+    EmbedPayload,
+    EmbedRequested,
+    MemoryStatus,
+    ToolCallCompleted,
+    Topology,
+    encode_event,
+)
+from gateway import CacheInvalidationConsumer, GatewayCaches, ShardConsumer, TTLCache
+from gateway.delivery import Delivery
+
+USER_ID = "100000000000000002"
+
+
+@dataclass
+class Incoming:
+    """An aio-pika delivery that records how it was settled."""
+
+    body: bytes
+    settled: list[tuple[Any, ...]] = field(default_factory=list)
+    headers: dict[str, Any] = field(default_factory=dict)
+    exchange: str = "ltm.events"
+    routing_key: str = "cache.user.1"
+    message_id: str | None = "m-1"
+    correlation_id: str | None = None
+    redelivered: bool = False
+
+    async def ack(self) -> None:
+        self.settled.append(("ack",))
+
+    async def nack(self, requeue: bool = True) -> None:
+        self.settled.append(("nack", requeue))
+
+    async def reject(self, requeue: bool = False) -> None:
+        self.settled.append(("reject", requeue))
+
+
+class NoResults:
+    def resolve(self, completed: ToolCallCompleted) -> bool:
+        return False
+
+
+class Unreachable:
+    """An embed sender whose Discord is away: every send is to be tried later."""
+
+    async def send(self, request: Any) -> Delivery:
+        return Delivery.RETRY_LATER
+
+
+def _caches() -> GatewayCaches[Any, Any]:
+    caches: GatewayCaches[Any, Any] = GatewayCaches(TTLCache(60.0), TTLCache(60.0))
+    caches.user.set(USER_ID, "Alice")
+    return caches
+
+
+def _cache_consumer(caches: GatewayCaches[Any, Any]) -> CacheInvalidationConsumer:
+    channel = cast(AbstractChannel, None)  # not consumed from: messages are handed in
+    return CacheInvalidationConsumer(channel, Topology("ltm-unit"), caches, "unit")
+
+
+async def _deliver(consumer: Any, message: Incoming) -> None:
+    await consumer._on_message(cast(AbstractIncomingMessage, message))
+
+
+async def test_an_invalidation_drops_the_entry_and_is_acked() -> None:
+    caches = _caches()
+    message = Incoming(encode_event(CacheInvalidate(cache="user", key=USER_ID)))
+    await _deliver(_cache_consumer(caches), message)
+    assert caches.user.get(USER_ID) is None
+    assert message.settled == [("ack",)]
+
+
+async def test_an_undecodable_message_is_rejected_without_requeue() -> None:
+    caches = _caches()
+    message = Incoming(b"not json")
+    await _deliver(_cache_consumer(caches), message)
+    assert message.settled == [("reject", False)]
+    assert caches.user.get(USER_ID) == "Alice"
+
+
+async def test_an_event_that_does_not_belong_on_the_queue_is_rejected_without_requeue() -> None:
+    completed = ToolCallCompleted(
+        tool_call_id="call-1",
+        tool_name=UPDATE_LONG_TERM_MEMORY,
+        guild_id="1",
+        channel_id="2",
+        shard_id=0,
+        success=True,
+        status=MemoryStatus.UPDATED,
+        message="done",
+    )
+    message = Incoming(encode_event(completed))
+    await _deliver(_cache_consumer(_caches()), message)
+    assert message.settled == [("reject", False)]
+
+
+async def test_an_embed_discord_cannot_take_yet_is_nacked_back_to_its_queue() -> None:
+    embed = EmbedRequested(
+        tool_call_id="call-2",
+        guild_id="1",
+        channel_id="2",
+        shard_id=0,
+        kind="memory_updated",
+        embed=EmbedPayload(title="Tomori updated a memory", description="tea", color=0),
+    )
+    consumer = ShardConsumer(
+        cast(AbstractChannel, None),
+        Topology("ltm-unit"),
+        sender=Unreachable(),
+        results=NoResults(),
+    )
+    message = Incoming(encode_event(embed), routing_key="embed.shard.0")
+    await _deliver(consumer, message)
+    # Not the message's fault: back to the queue, not counted toward a delivery limit.
+    assert message.settled == [("nack", True)]
+    assert embed.event_id not in consumer.seen
