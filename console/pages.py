@@ -28,10 +28,11 @@ from contracts import (
 from infra.logs import get_logger
 from worker.adapters.outbox import OutgoingEvent
 from worker.adapters.revisions import UnchangedMemory
-from worker.ops.audit_stream import BadStart, StreamStart, parse_start
-from worker.ops.dead_letters import purge, read_dead_letters, replay
-from worker.ops.recording import record_events
-from worker.ops.revisions import restore_revision
+from worker.usecases.audit_stream import BadStart, StreamStart, parse_start, stream_offset
+from worker.usecases.dead_letter_queue import purge, read_dead_letters
+from worker.usecases.dead_letter_replay import replay
+from worker.usecases.recording import record_events
+from worker.usecases.revisions import restore_revision
 
 __all__ = ["routes"]
 
@@ -180,7 +181,7 @@ async def purge_all(request: web.Request) -> web.StreamResponse:
             problem=f"To purge, type the queue's name, {queue}, exactly. Nothing was removed.",
             status=400,
         )
-    removed = await purge(console.settings)
+    removed = (await purge(console.settings)).removed
     log.warning("dead letters purged", operator=session.name, removed=removed)
     await _record(
         console,
@@ -410,7 +411,7 @@ async def _send_events(
                 return  # the browser reconnects, from its last event, on a new connection
             await response.write(b": alive\n\n")
             continue
-        offset = _offset(message)
+        offset = stream_offset(message)
         event: Event | None
         try:
             event = decode_event(message.body)
@@ -422,11 +423,6 @@ async def _send_events(
             data = orjson.dumps(row).decode()
             await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
         await message.ack()
-
-
-def _offset(message: AbstractIncomingMessage) -> int:
-    offset = (message.headers or {}).get("x-stream-offset")
-    return offset if isinstance(offset, int) else -1
 
 
 def _field(form: Any, name: str) -> str:

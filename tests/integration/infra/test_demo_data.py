@@ -18,7 +18,7 @@ from tests.integration.worker.checks import Pipeline
 from tests.support.services import TestServices, own_database
 from tests.support.world import World
 from worker.adapters.database import MemoryStore, create_engine
-from worker.ops.call import complete_envelope
+from worker.usecases.tool_call import complete_envelope
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FRIDAYS = "The server's movie night is on Fridays."
