@@ -101,7 +101,7 @@ async def _operator_command(command: OperatorCommand, settings: Settings) -> int
         case ShowHistory():
             return await revisions.print_history(settings, command)
         case RestoreRevision():
-            return await revisions.restore(settings, command)
+            return await revisions.restore_and_print(settings, command)
         case ListMemories():
             return await memory_list.list_memories(settings, command)
     raise AssertionError(f"no runner for {command!r}")  # pragma: no cover - a new command

@@ -22,7 +22,7 @@ from worker.ops.output import (
 from worker.usecases.engines import one_shot_engine
 from worker.usecases.revisions import restore_revision, revision_history
 
-__all__ = ["HISTORY_HEADER", "history_rows", "print_history", "restore"]
+__all__ = ["HISTORY_HEADER", "history_rows", "print_history", "restore_and_print"]
 
 HISTORY_HEADER: Final = (
     "REVISION",
@@ -80,7 +80,7 @@ async def print_history(
     return ExitCode.OK
 
 
-async def restore(
+async def restore_and_print(
     settings: Settings,
     command: RestoreRevision,
     *,
