@@ -89,7 +89,9 @@ from tests.support.fake_discord import FakeDiscord
 from tests.support.processes import LtmProcess
 from tests.support.services import TestServices, rabbitmqctl, refuse_connections, test_services
 from worker.core.create import content_key
-from worker.ops.dead_letters import inspect_dead_letters, replay_dead_letters
+from worker.ops.commands import ReplayDeadLetters
+from worker.ops.dead_letters import replay_dead_letters
+from worker.usecases.dead_letter_queue import inspect_dead_letters
 
 __all__ = ["ChaosReport", "DbFault", "check_scopes", "main", "run_chaos"]
 
@@ -1421,7 +1423,7 @@ async def _settle_answers(
                     reason = re.sub(r"\(.*", "", entry.reason).strip()
                     report.dead_letter_reasons[f"{entry.source}: {reason[:60]}"] += 1
             out, err = io.StringIO(), io.StringIO()
-            await replay_dead_letters(settings, replay_all=True, out=out, err=err)
+            await replay_dead_letters(settings, ReplayDeadLetters(None), out=out, err=err)
             replayed = re.search(r"replayed (\d+) of", out.getvalue())
             report.replayed += int(replayed.group(1)) if replayed else 0
         await asyncio.sleep(0.5)

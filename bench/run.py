@@ -9,7 +9,7 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    and 16 clients (`db_limit_tps` is the 1-client figure; `db_limit_tps_4`, `_16`); and
    `db_limit_batched_tps`, 2 clients with 32 calls per transaction, as the worker batches.
 2. `peer_tps`: a FastStream consumer doing the same transaction and events (`bench.peer`).
-3. `throughput` and `broker_limit_tps`, in rounds: a fresh worker (`python -m worker.cli
+3. `throughput` and `broker_limit_tps`, in rounds: a fresh worker (`python -m ltm
    worker`) and the broker-limit loop (`bench.broker_loop`: consume a call, publish the
    worker's events confirmed, ack; no database; aio-pika's `Exchange.publish`) take turns,
    each answering N calls that a separate process publishes meanwhile, after a warm-up, at
@@ -255,7 +255,7 @@ def _worker(
     port = free_port()
     child = bench.child(
         name,
-        "worker.cli",
+        "ltm",
         "worker",
         env=bench.services.env(
             LTM_METRICS_PORT=str(port),

@@ -14,7 +14,7 @@ from aiohttp import web
 from console.core.audit import ACTIONS, AuditFilter, BadFilter, event_row, unreadable_row
 from console.state import STATE, Console
 from contracts import Event, InvalidEnvelope, decode_event
-from worker.ops.audit_stream import BadStart, StreamStart, parse_start
+from worker.usecases.audit_stream import BadStart, StreamStart, parse_start, stream_offset
 
 __all__ = ["routes"]
 
@@ -92,7 +92,7 @@ async def _send_events(
                 return  # the browser reconnects, from its last event, on a new connection
             await response.write(b": alive\n\n")
             continue
-        offset = _offset(message)
+        offset = stream_offset(message)
         event: Event | None
         try:
             event = decode_event(message.body)
@@ -104,8 +104,3 @@ async def _send_events(
             data = orjson.dumps(row).decode()
             await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
         await message.ack()
-
-
-def _offset(message: AbstractIncomingMessage) -> int:
-    offset = (message.headers or {}).get("x-stream-offset")
-    return offset if isinstance(offset, int) else -1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Final
 
 import aiohttp_jinja2
@@ -12,20 +13,15 @@ from aiohttp import web
 
 from console.core.bodies import shown_body
 from console.core.revisions import diff, revision_views
+from console.core.sessions import Session
 from console.security import see_other
-from console.state import STATE, Console, session_of
-from contracts import (
-    DeadLettersPurged,
-    DeadLettersReplayed,
-    ReplayedCall,
-    operator_routing_key,
-)
+from console.state import STATE, session_of
 from infra.logs import get_logger
 from worker.adapters.revisions import UnchangedMemory
-from worker.core.outgoing import OutgoingEvent
-from worker.ops.dead_letters import purge, read_dead_letters, replay
-from worker.ops.recording import record_events
-from worker.ops.revisions import restore_revision
+from worker.usecases.dead_letter_queue import purge, read_dead_letters
+from worker.usecases.dead_letter_replay import replay
+from worker.usecases.operator_records import record_purge, record_replay
+from worker.usecases.revisions import restore_revision
 
 __all__ = ["routes"]
 
@@ -33,6 +29,8 @@ log = get_logger("ltm.console")
 
 # Dead letters a page lists at most (`ltm dlq list` lists up to 10,000).
 DEAD_LETTERS_SHOWN: Final = 500
+# An audit page's stream says it is alive this often, so that proxies keep it open.
+KEEPALIVE_S: Final = 15.0
 
 routes = web.RouteTableDef()
 
@@ -133,21 +131,7 @@ async def _replay(request: web.Request, event_id: str | None) -> web.StreamRespo
         console.notify(
             session, "problem", f"{failed.entry.event_id} stays dead-lettered: {failed.error}"
         )
-    if report.replays:
-        record = DeadLettersReplayed(
-            actor=session.actor,
-            queue=console.topology.dead_letter_queue,
-            replayed=tuple(
-                ReplayedCall(
-                    event_id=entry.event_id,
-                    tool_call_id=entry.tool_call_id,
-                    routing_key=entry.routing_key,
-                )
-                for entry in report.replayed
-            ),
-            failed=len(report.failed),
-        )
-        await _record(console, session.name, record, "replayed")
+    await _record(record_replay(console.settings, report, actor=session.actor), session, "replayed")
     replayed = len(report.replayed)
     calls = ", ".join(entry.tool_call_id or "?" for entry in report.replayed[:5])
     more = f" and {replayed - 5} more" if replayed > 5 else ""
@@ -172,27 +156,24 @@ async def purge_all(request: web.Request) -> web.StreamResponse:
             problem=f"To purge, type the queue's name, {queue}, exactly. Nothing was removed.",
             status=400,
         )
-    removed = await purge(console.settings)
+    done = await purge(console.settings)
+    removed = done.removed
     log.warning("console.dead_letters_purged", operator=session.name, removed=removed)
-    await _record(
-        console,
-        session.name,
-        DeadLettersPurged(actor=session.actor, queue=queue, removed=removed),
-        "purged",
-    )
+    await _record(record_purge(console.settings, done, actor=session.actor), session, "purged")
     console.notify(session, "done", f"Purged {queue}: {removed} dead letter(s) removed.")
     return see_other("/dead-letters")
 
 
-async def _record(
-    console: Console, operator: str, event: DeadLettersReplayed | DeadLettersPurged, action: str
-) -> None:
+async def _record(recording: Awaitable[None], session: Session, action: str) -> None:
     """The audit record of an action already done: a failure here is said, not hidden."""
     try:
-        await record_events(console.settings, [OutgoingEvent(event, operator_routing_key(action))])
+        await recording
     except Exception as error:
         log.error(
-            "console.audit_record_not_written", operator=operator, action=action, error=repr(error)
+            "console.audit_record_not_written",
+            operator=session.name,
+            action=action,
+            error=repr(error),
         )
         raise web.HTTPInternalServerError(
             text=f"the dead letters were {action}, but the audit record of it could not be "

@@ -97,7 +97,7 @@ def main() -> int:
     print(
         "demo data reset: memories ID:24 and ID:25 as examples/demo.sql has them", file=sys.stderr
     )
-    ltm = [sys.executable, "-m", "worker.cli"]
+    ltm = [sys.executable, "-m", "ltm"]
     supervisor = Supervisor(
         [
             subprocess.Popen([*ltm, "worker"]),

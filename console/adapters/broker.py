@@ -18,7 +18,7 @@ from contracts import Topology
 from infra import amqp
 from infra.logs import get_logger
 from infra.settings import Settings
-from worker.ops.audit_stream import StreamStart, open_stream
+from worker.usecases.audit_stream import StreamStart, open_stream
 
 __all__ = ["BrokerLink"]
 

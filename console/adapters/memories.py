@@ -11,9 +11,9 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from contracts import MemoryListing
-from infra.memories import MemoryQueries
-from worker.adapters.revisions import Revision, RevisionStore
+from worker.adapters.revisions import Revision
+from worker.usecases.memory_listing import every_persona_listing
+from worker.usecases.revisions import revision_history
 
 __all__ = ["SEARCH_LIMIT", "FoundMemory", "MemoryFinder", "MemoryRecord", "PersonaLines"]
 
@@ -148,7 +148,7 @@ class MemoryFinder:
         """None when the id names no memory and no revision."""
         found = await self.search(memory_id=memory_id, limit=1)
         current = found[0] if found else None
-        revisions = await RevisionStore(self.engine).history(memory_id)
+        revisions = await revision_history(self.engine, memory_id)
         if current is None and not revisions:
             return None
         async with self.engine.connect() as connection:
@@ -191,24 +191,19 @@ class MemoryFinder:
     ) -> list[PersonaLines] | None:
         """Each persona of the server: its server memories, and the given people's personal
         ones, as `ID:N …` lines (`ltm memory list`'s). None for an unknown server."""
-        queries = MemoryQueries(self.engine)
-        server = await queries.server(server_disc_id)
-        if server is None:
+        listings = await every_persona_listing(self.engine, server_disc_id, user_ids)
+        if listings is None:
             return None
-        personal = await queries.personal(user_ids)
-        views = []
-        for persona_id, lineage in sorted(server.persona_lineages.items()):
-            listing: MemoryListing = server.listing(persona_id, personal)
-            views.append(
-                PersonaLines(
-                    persona_id=persona_id,
-                    lineage=lineage,
-                    server_lines=listing.server_lines(),
-                    personal_lines=[
-                        line
-                        for user_id in listing.personal
-                        for line in listing.personal_lines(user_id)
-                    ],
-                )
+        return [
+            PersonaLines(
+                persona_id=found.persona_id,
+                lineage=found.lineage,
+                server_lines=found.listing.server_lines(),
+                personal_lines=[
+                    line
+                    for user_id in found.listing.personal
+                    for line in found.listing.personal_lines(user_id)
+                ],
             )
-        return views
+            for found in listings
+        ]

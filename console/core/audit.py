@@ -17,7 +17,7 @@ from contracts import (
     ToolCallCompleted,
     ToolCallRequested,
 )
-from worker.ops.audit_stream import event_details
+from worker.ops.audit_lines import event_details
 from worker.ops.output import shown_text, shown_time
 
 __all__ = ["ACTIONS", "AuditFilter", "BadFilter", "event_row", "unreadable_row"]

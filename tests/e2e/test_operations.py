@@ -29,7 +29,8 @@ from tests.support.broker import publish_raw, publish_tool_call, tap_events
 from tests.support.services import TestServices, database_refused
 from tests.support.waiting import eventually
 from tests.support.world import World, snowflake, tool_call
-from worker.ops.audit_stream import tail_audit
+from worker.ops.audit_tail import tail_audit
+from worker.ops.commands import ListDeadLetters, ReplayDeadLetters, TailAudit
 from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
 
 
@@ -66,13 +67,16 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
             assert failed.status is MemoryStatus.DB_ERROR
 
             listing = io.StringIO()
-            assert await list_dead_letters(settings, out=listing, err=io.StringIO()) == 0
+            assert (
+                await list_dead_letters(settings, ListDeadLetters(), out=listing, err=io.StringIO())
+                == 0
+            )
             assert str(call.event_id) in listing.getvalue()
             assert "database unavailable" in listing.getvalue()
 
             replayed = io.StringIO()
             code = await replay_dead_letters(
-                settings, event_id=str(call.event_id), out=replayed, err=replayed
+                settings, ReplayDeadLetters(str(call.event_id)), out=replayed, err=replayed
             )
             assert code == 0, replayed.getvalue()
             answers = await events.wait_for(ToolCallCompleted, 2, tool_call_id=call.tool_call_id)
@@ -82,7 +86,7 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
     assert await world.content(memory_id) == "after"
     assert len(await world.revisions_of_call(call.tool_call_id)) == 1
     after = io.StringIO()
-    assert await list_dead_letters(settings, out=after, err=io.StringIO()) == 0
+    assert await list_dead_letters(settings, ListDeadLetters(), out=after, err=io.StringIO()) == 0
     assert str(call.event_id) not in after.getvalue()
 
 
@@ -113,7 +117,9 @@ async def test_replaying_an_applied_call_changes_nothing(
             )
             out = io.StringIO()
             assert (
-                await replay_dead_letters(settings, event_id=str(call.event_id), out=out, err=out)
+                await replay_dead_letters(
+                    settings, ReplayDeadLetters(str(call.event_id)), out=out, err=out
+                )
                 == 0
             )
             first_again, second = await events.wait_for(
@@ -151,7 +157,10 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
                 await audit.wait_for(MemoryUpdated, tool_call_id=call.tool_call_id)
 
     out = io.StringIO()
-    assert await tail_audit(settings, "first", as_json=True, out=out, err=io.StringIO()) == 0
+    assert (
+        await tail_audit(settings, TailAudit("first", as_json=True), out=out, err=io.StringIO())
+        == 0
+    )
     ours = {call.tool_call_id for call in calls}
     printed = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
     # The stream holds every event of the run; the audit trail is its memory.* events.
@@ -176,7 +185,8 @@ async def test_audit_tail_without_follow_ends_while_events_keep_coming(
     publishing = asyncio.create_task(_publish_events_forever(channel, topology))
     try:
         code = await asyncio.wait_for(
-            tail_audit(settings, "last", out=io.StringIO(), err=io.StringIO()), timeout=20
+            tail_audit(settings, TailAudit("last"), out=io.StringIO(), err=io.StringIO()),
+            timeout=20,
         )
         assert not publishing.done()
     finally:
@@ -190,7 +200,9 @@ async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
     async with AmqpProxy(settings.amqp_url) as proxy:
         through = settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)})
         out, err = io.StringIO(), io.StringIO()
-        tail = asyncio.create_task(tail_audit(through, "last", follow=True, out=out, err=err))
+        tail = asyncio.create_task(
+            tail_audit(through, TailAudit("last", follow=True), out=out, err=err)
+        )
         event = CacheInvalidate(cache="user", key=snowflake())
 
         async def tailing() -> bool:  # "last" may start past a first copy: send it again

@@ -22,7 +22,8 @@ from tests.support.broker import publish_tool_call, tap_events
 from tests.support.commands import run_ltm
 from tests.support.services import TestServices
 from tests.support.world import World, participant, snowflake, tool_call
-from worker.ops.revisions import print_history, restore
+from worker.ops.commands import RestoreRevision, ShowHistory
+from worker.ops.revisions import print_history, restore_and_print
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 
@@ -45,7 +46,12 @@ async def test_restore_of_an_update_brings_back_the_earlier_content(
         [update] = await world.revisions(memory_id)
 
         out = io.StringIO()
-        assert await restore(settings, update["revision_id"], actor="ops-alice", out=out) == 0
+        assert (
+            await restore_and_print(
+                settings, RestoreRevision(update["revision_id"], actor="ops-alice"), out=out
+            )
+            == 0
+        )
         [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
         [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
 
@@ -92,7 +98,12 @@ async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
         assert result.status is MemoryStatus.DELETED
         assert await world.content(memory_id) is None
         [deletion] = await world.revisions(memory_id)
-        assert await restore(settings, deletion["revision_id"], out=io.StringIO()) == 0
+        assert (
+            await restore_and_print(
+                settings, RestoreRevision(deletion["revision_id"]), out=io.StringIO()
+            )
+            == 0
+        )
         [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
         [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
 
@@ -108,7 +119,7 @@ async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
 
 async def test_restore_of_an_unknown_revision_is_not_found(settings: Settings) -> None:
     out, err = io.StringIO(), io.StringIO()
-    assert await restore(settings, 2**40, out=out, err=err) == 3
+    assert await restore_and_print(settings, RestoreRevision(2**40), out=out, err=err) == 3
     assert err.getvalue() == f"ltm memory restore: no revision {2**40}\n"
     assert out.getvalue() == ""
 
@@ -124,7 +135,7 @@ async def test_history_lists_revisions_oldest_first(
     persona = await world.persona(server)
     memory_id = await world.server_memory(persona, "one")
     out, err = io.StringIO(), io.StringIO()
-    assert await print_history(settings, memory_id, out=out, err=err) == 3
+    assert await print_history(settings, ShowHistory(memory_id), out=out, err=err) == 3
     assert out.getvalue() == ""
     assert f"memory {memory_id} has no revisions" in err.getvalue()
     calls = [
@@ -176,7 +187,7 @@ async def test_history_as_json_has_the_contents_whole(
         await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
     out = io.StringIO()
 
-    assert await print_history(settings, memory_id, as_json=True, out=out) == 0
+    assert await print_history(settings, ShowHistory(memory_id, as_json=True), out=out) == 0
 
     [revision] = json.loads(out.getvalue())
     assert revision["memory_id"] == memory_id
@@ -214,7 +225,12 @@ async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing
         assert (creation["action"], creation["content_before"]) == ("created", "")
 
         out = io.StringIO()
-        assert await restore(settings, creation["revision_id"], actor="ops", out=out) == 0
+        assert (
+            await restore_and_print(
+                settings, RestoreRevision(creation["revision_id"], actor="ops"), out=out
+            )
+            == 0
+        )
         [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
         [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
 
@@ -232,7 +248,9 @@ async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing
     assert "(deleted)" in out.getvalue()
 
     again = io.StringIO()
-    assert await restore(settings, creation["revision_id"], out=again) == 0
+    assert (
+        await restore_and_print(settings, RestoreRevision(creation["revision_id"]), out=again) == 0
+    )
     assert "already as before revision" in again.getvalue()
     assert "(does not exist)" in again.getvalue()
     assert len(await world.revisions(memory_id)) == 2
@@ -253,11 +271,16 @@ async def test_a_restore_that_would_change_nothing_changes_nothing(
         await publish_tool_call(channel, topology, call)
         await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
     [update] = await world.revisions(memory_id)
-    assert await restore(settings, update["revision_id"], out=io.StringIO()) == 0
+    assert (
+        await restore_and_print(settings, RestoreRevision(update["revision_id"]), out=io.StringIO())
+        == 0
+    )
 
     async with tap_events(channel, topology.events_exchange) as tap:
         out = io.StringIO()
-        assert await restore(settings, update["revision_id"], out=out) == 0
+        assert (
+            await restore_and_print(settings, RestoreRevision(update["revision_id"]), out=out) == 0
+        )
         # A restore's events are confirmed by the broker before it returns: any would reach
         # the tap before the answer to a call published after it.
         marker = tool_call(persona, {"memory_id": "x"}, triggerer_id=snowflake())

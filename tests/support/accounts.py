@@ -29,6 +29,7 @@ from infra.broker_accounts import Role
 from infra.settings import Settings
 from tests.support.services import rabbitmqctl
 from worker.ops.broker_definitions import print_definitions
+from worker.ops.commands import PrintBrokerDefinitions
 
 __all__ = ["BrokerAccounts", "broker_accounts"]
 
@@ -73,7 +74,7 @@ def broker_accounts(
         }
     )
     document = io.StringIO()
-    assert print_definitions(configured, vhost=vhost, out=document) == 0
+    assert print_definitions(configured, PrintBrokerDefinitions(vhost), out=document) == 0
     definitions = folder / f"definitions-{run}.json"
     definitions.write_text(document.getvalue())
     with ExitStack() as cleanup:

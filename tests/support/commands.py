@@ -31,7 +31,7 @@ class Finished:
 
 
 def _command(args: tuple[str, ...]) -> list[str]:
-    return [sys.executable, "-m", "worker.cli", *args]
+    return [sys.executable, "-m", "ltm", *args]
 
 
 async def run_ltm(services: TestServices, *args: str, stdin: str = "", **env: str) -> Finished:

@@ -29,7 +29,7 @@ def free_port() -> int:
 
 @dataclass
 class LtmProcess:
-    """`python -m worker.cli ARGS` with the test run's settings; output goes to a log file.
+    """`python -m ltm ARGS` with the test run's settings; output goes to a log file.
 
     `piped`: the output goes into a pipe instead, as in `ltm worker 2>&1 | tee log`, and the
     process leads a process group of its own, as a shell's pipeline does: `close_reader` is
@@ -44,7 +44,7 @@ class LtmProcess:
     env: dict[str, str] = field(default_factory=dict)
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
-    module: str = "worker.cli"  # or another entry point, e.g. `infra.run_local` (no ARGS)
+    module: str = "ltm"  # or another entry point, e.g. `infra.run_local` (no ARGS)
     piped: bool = False
 
     def start(self) -> LtmProcess:

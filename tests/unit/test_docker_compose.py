@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -59,6 +60,15 @@ def test_each_part_connects_as_its_role_with_secrets(services: dict[str, Any], n
     assert environment["LTM_DATABASE_URL_FILE"] == f"/run/secrets/{database}"
     assert "LTM_AMQP_URL" not in environment and "LTM_DATABASE_URL" not in environment
     assert sorted(service["secrets"]) == sorted(ROLE_SECRETS[name])
+
+
+def test_the_image_holds_every_package_the_project_installs() -> None:
+    # `pip install .` in the image finds only the folders copied in: a missing one breaks `ltm`.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    included = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", DOCKERFILE.read_text(), re.MULTILINE))
+
+    assert {pattern.rstrip("*") for pattern in included} <= copied
 
 
 def test_no_password_is_written_in_the_file() -> None:

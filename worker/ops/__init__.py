@@ -1,20 +1,5 @@
-"""Operators' tools: the dead-letter queue and the audit stream (`ltm dlq …`, `ltm audit tail`)."""
+"""The operator commands (`ltm call`, `ltm dlq …`, `ltm audit …`, `ltm memory …`,
+`ltm broker-definitions`): each takes its typed arguments (`worker.ops.commands`), runs a use
+case of `worker.usecases`, and prints what it did (`worker.ops.output`)."""
 
-from worker.ops.audit_stream import parse_start, tail_audit
-from worker.ops.dead_letters import (
-    DeadLetter,
-    inspect_dead_letters,
-    list_dead_letters,
-    purge_dead_letters,
-    replay_dead_letters,
-)
-
-__all__ = [
-    "DeadLetter",
-    "inspect_dead_letters",
-    "list_dead_letters",
-    "parse_start",
-    "purge_dead_letters",
-    "replay_dead_letters",
-    "tail_audit",
-]
+__all__: list[str] = []

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 from contracts import TOOL_NAMES
 from infra.broker_accounts import Role, accounts, definitions
 from infra.settings import Settings
+from worker.ops.commands import PrintBrokerDefinitions
 from worker.ops.output import ExitCode
 
 __all__ = ["default_vhost", "print_definitions"]
@@ -33,8 +34,8 @@ def default_vhost(amqp_url: str) -> str:
 
 def print_definitions(
     settings: Settings,
+    command: PrintBrokerDefinitions,
     *,
-    vhost: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -72,7 +73,7 @@ def print_definitions(
     topology = settings.topology
     document = definitions(
         topology,
-        vhost=default_vhost(settings.amqp_urls[0]) if vhost is None else vhost,
+        vhost=default_vhost(settings.amqp_urls[0]) if command.vhost is None else command.vhost,
         accounts_with_passwords=[
             (account, _revealed(passwords[account.role])) for account in accounts(topology, users)
         ],

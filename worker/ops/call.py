@@ -1,97 +1,49 @@
-"""`ltm call FILE`: publish one tool call and print its answer, for trying things by hand.
-
-The call is published `mandatory`, with publisher confirms, as the bot's tool client does: a
-tool name no queue is bound for comes back from the broker at once, and the command says so
-instead of waiting for an answer that cannot come.
-"""
+"""`ltm call FILE`: publish one tool call and print its answer, for trying things by hand."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import uuid
-from dataclasses import dataclass
 from typing import Any, TextIO
 
-import aio_pika
-import aiormq
 import orjson
 from aio_pika.exceptions import ChannelNotFoundEntity
 
-from contracts import (
-    REPLAYED_HEADER,
-    UPDATE_LONG_TERM_MEMORY,
-    InvalidEnvelope,
-    ToolCallCompleted,
-    ToolCallRequested,
-    Topology,
-    amqp_properties,
-    decode_event,
-    decode_tool_call,
-    encode_event,
-    result_routing_key,
-    utc_now,
-)
-from infra import amqp, tracing
+from contracts import UPDATE_LONG_TERM_MEMORY, InvalidEnvelope, encode_event
 from infra.settings import Settings
+from worker.ops.commands import CallTool
 from worker.ops.output import ExitCode, json_document, print_fields, shown_text
+from worker.usecases.tool_call import Answer, Unroutable, complete_envelope, publish_and_wait
 
-__all__ = ["Answer", "call_and_print", "complete_envelope", "print_answer"]
-
-
-def complete_envelope(body: bytes) -> ToolCallRequested:
-    """Reads a whole `tool_call.requested`, or just its fields: the envelope is filled in."""
-    try:
-        fields: Any = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise InvalidEnvelope(f"not JSON: {error}") from None
-    if not isinstance(fields, dict):
-        raise InvalidEnvelope("the file must hold a JSON object")
-    fields.setdefault("event_id", str(uuid.uuid4()))
-    fields.setdefault("event_type", ToolCallRequested.EVENT_TYPE)
-    fields.setdefault("schema_version", 1)
-    fields.setdefault("occurred_at", utc_now().isoformat())
-    fields.setdefault("tool_call_id", f"cli-{uuid.uuid4()}")
-    fields.setdefault("tool_name", UPDATE_LONG_TERM_MEMORY)
-    return decode_tool_call(orjson.dumps(fields))
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """The result of a call, and whether the worker repeated it from the idempotency record."""
-
-    result: ToolCallCompleted
-    replayed: bool
-
-
-class _Unroutable(Exception):
-    """The broker returned the call: no queue is bound for its tool name."""
+__all__ = ["call_and_print", "print_answer"]
 
 
 async def call_and_print(
     settings: Settings,
-    body: bytes,
+    command: CallTool,
     *,
-    timeout: float,
-    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Publishes the call in `body` and prints its answer.
+    """Publishes the call in the command's body and prints its answer.
 
     Exit code 0 when the call succeeded; 1 when it was answered `success: false`, was
     refused by the broker, or got no answer in time; 2 when `body` is not a tool call.
     """
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        call = complete_envelope(body)
+        call = complete_envelope(command.body)
     except InvalidEnvelope as error:
         print(f"ltm call: the file is not a tool call: {error}", file=err)
         return ExitCode.USAGE
     topology = settings.topology
+
+    def say_published(trace_id: str | None) -> None:
+        traced = f" (trace {trace_id})" if trace_id else ""
+        print(f"published tool call {call.tool_call_id}{traced}; waiting for its result", file=err)
+
     try:
-        answer = await _publish_and_wait(settings, topology, call, timeout, err)
-    except _Unroutable:
+        answer = await publish_and_wait(settings, call, command.timeout, say_published)
+    except Unroutable:
         print(
             f"ltm call: no queue is bound for tool {call.tool_name} on "
             f"{topology.tool_calls_exchange}: the broker returned the call, nothing was done "
@@ -104,67 +56,13 @@ async def call_and_print(
         return ExitCode.FAILED
     except TimeoutError:
         print(
-            f"ltm call: the call was queued but no result came within {timeout:g} s "
+            f"ltm call: the call was queued but no result came within {command.timeout:g} s "
             "(is a worker running?)",
             file=err,
         )
         return ExitCode.FAILED
-    print_answer(answer, as_json=as_json, out=out, err=err)
+    print_answer(answer, as_json=command.as_json, out=out, err=err)
     return ExitCode.OK if answer.result.success else ExitCode.FAILED
-
-
-async def _publish_and_wait(
-    settings: Settings,
-    topology: Topology,
-    call: ToolCallRequested,
-    timeout: float,
-    err: TextIO,
-) -> Answer:
-    connection = await amqp.connect(settings)
-    async with connection:
-        channel = await connection.channel(publisher_confirms=True)
-        events = await channel.get_exchange(topology.events_exchange, ensure=True)
-        # A private copy of the shard's results: a gateway consuming the shard still gets its own.
-        # Named among the bots' queues: their broker account may declare those.
-        replies = await channel.declare_queue(
-            topology.call_queue(uuid.uuid4().hex), exclusive=True, auto_delete=True
-        )
-        await replies.bind(events, routing_key=result_routing_key(call.context.shard_id))
-        answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-
-        async def on_reply(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-            async with message.process():
-                if message.correlation_id != call.tool_call_id:
-                    return
-                event = decode_event(message.body)
-                if isinstance(event, ToolCallCompleted) and not answered.done():
-                    replayed = (message.headers or {}).get(REPLAYED_HEADER) is True
-                    answered.set_result(Answer(event, replayed))
-
-        await replies.consume(on_reply)
-        tool_calls = await channel.get_exchange(topology.tool_calls_exchange, ensure=True)
-        # As the bot's tool client does: the worker may take calls of trusted users only.
-        properties = amqp_properties(call)
-        with tracing.sending(
-            exchange=tool_calls.name,
-            routing_key=call.tool_name,
-            message_id=properties["message_id"],
-            conversation_id=call.tool_call_id,
-            headers=properties["headers"],
-        ) as span:
-            confirmation = await tool_calls.publish(
-                aio_pika.Message(encode_event(call), **properties, user_id=settings.amqp_user),
-                routing_key=call.tool_name,
-                mandatory=True,
-            )
-            if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-                tracing.failed(span, "unroutable", "no queue takes the tool")
-                raise _Unroutable()
-        trace_id = tracing.trace_id_of(span)
-        # With tracing on, the id to look the call up by in the trace viewer.
-        traced = f" (trace {trace_id})" if trace_id else ""
-        print(f"published tool call {call.tool_call_id}{traced}; waiting for its result", file=err)
-        return await asyncio.wait_for(answered, timeout)
 
 
 def print_answer(answer: Answer, *, as_json: bool, out: TextIO, err: TextIO) -> None:

@@ -1,240 +1,31 @@
-"""`ltm dlq list|replay|purge`: the operators' tools over the dead-letter queue.
-
-Two kinds of message land in `<prefix>.tool_calls.dead`, both with their original body, routing
-key and properties: those the worker dead-letters carry `x-ltm-error` and `x-ltm-failed-at`;
-those the broker dead-letters (at the work queue's delivery limit) carry `x-death` instead.
-"""
+"""`ltm dlq list|replay|purge`: the dead-letter queue's use cases, printed."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final, Literal, TextIO
+from collections.abc import Sequence
+from typing import Final, TextIO
 
-import aio_pika
-import orjson
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractConnection,
-    AbstractExchange,
-    AbstractIncomingMessage,
-    AbstractQueue,
-)
-from aio_pika.exceptions import ChannelNotFoundEntity, DeliveryError, PublishError
+from aio_pika.exceptions import ChannelNotFoundEntity
 
-from contracts import Topology, worker_queue_arguments
-from contracts.dead_letters import (
-    ATTEMPTS_HEADER,
-    ERROR_HEADER,
-    FAILED_AT_HEADER,
-    ORIGINAL_USER_ID_HEADER,
-)
-from infra import amqp, tracing
+from contracts import Topology
 from infra.settings import Settings
+from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
 from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
+from worker.usecases.dead_letter_queue import DEFAULT_LIMIT, inspect_dead_letters, purge
+from worker.usecases.dead_letter_records import DeadLetter
+from worker.usecases.dead_letter_replay import ReplayReport, replay
 
 __all__ = [
     "DEAD_LETTER_HEADER",
-    "DELIVERY_PATIENCE_S",
-    "DeadLetter",
-    "DeadLetterSource",
-    "HeldDeadLetter",
-    "ReplayReport",
-    "Replayed",
     "dead_letter_rows",
-    "describe",
-    "inspect_dead_letters",
     "list_dead_letters",
-    "original_routing_key",
-    "purge",
     "purge_dead_letters",
-    "read_dead_letters",
-    "replay",
     "replay_dead_letters",
-    "replay_message",
-    "run_command",
-    "take_deliveries",
+    "replay_exit_code",
 ]
-
-
-# How many messages one command holds unacknowledged at most (list, replay --id).
-DEFAULT_LIMIT: Final = 10_000
-# Outstanding replays (publish, confirm, then ack) while replaying everything.
-REPLAY_WINDOW: Final = 100
-# The broker said these messages are there: wait this long for each before giving up on it
-# (another consumer may hold some unacknowledged, and those never come).
-DELIVERY_PATIENCE_S: Final = 3.0
-
-DeadLetterSource = Literal["worker", "broker"]
-
-# Headers that describe a previous life of the message, not the message itself.
-_LIFE_HEADER_PREFIXES: Final = ("x-ltm-", "x-death", "x-first-death-", "x-last-death-")
-_LIFE_HEADERS: Final = frozenset({"x-delivery-count"})
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """One dead-lettered message, as the tools show it."""
-
-    event_id: str | None
-    tool_call_id: str | None
-    routing_key: str
-    source: DeadLetterSource
-    reason: str
-    failed_at: datetime | None
-    attempts: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class HeldDeadLetter:
-    """A dead letter with its body, as the broker holds it (for a person to read)."""
-
-    entry: DeadLetter
-    body: bytes
-    content_type: str | None
-
-
-def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter:
-    headers = message.headers or {}
-    body = _body_fields(message.body)
-    death = _death_entry(headers, topology)
-    # The worker's own reason wins: its copy keeps whatever headers the delivery had.
-    if death is None or ERROR_HEADER in headers:
-        source: DeadLetterSource = "worker"
-        reason = str(headers.get(ERROR_HEADER) or "unknown (no x-ltm-error header)")
-        failed_at = _parse_time(headers.get(FAILED_AT_HEADER))
-        attempts = _worker_attempts(message, headers)
-    else:
-        source = "broker"
-        reason = f"{death.get('reason', 'unknown')} (queue {death.get('queue', '?')})"
-        failed_at = _parse_time(death.get("time"))
-        attempts = _broker_attempts(death, topology)
-    return DeadLetter(
-        event_id=message.message_id or _text(body.get("event_id")),
-        tool_call_id=message.correlation_id or _text(body.get("tool_call_id")),
-        routing_key=original_routing_key(message, topology),
-        source=source,
-        reason=reason,
-        failed_at=failed_at,
-        attempts=attempts,
-    )
-
-
-def original_routing_key(message: AbstractIncomingMessage, topology: Topology) -> str:
-    """The key it was first published with: the broker keeps it in `x-death`; the worker
-    dead-letters with the delivery's own routing key."""
-    death = _death_entry(message.headers or {}, topology)
-    if death is not None:
-        keys = death.get("routing-keys")
-        if isinstance(keys, Sequence) and keys and isinstance(keys[0], str):
-            return keys[0]
-    return message.routing_key or ""
-
-
-def replay_message(message: AbstractIncomingMessage, *, user_id: str | None) -> aio_pika.Message:
-    """The message as it was first published: same body and properties, no dead-letter marks,
-    published as `user_id` (the operator's broker user: the broker refuses any other). The
-    user it was first published as stays in `x-ltm-original-user-id`."""
-    came = message.headers or {}
-    headers = {
-        name: value
-        for name, value in came.items()
-        if name not in _LIFE_HEADERS and not name.startswith(_LIFE_HEADER_PREFIXES)
-    }
-    original = came.get(ORIGINAL_USER_ID_HEADER) or message.user_id
-    if original:
-        headers[ORIGINAL_USER_ID_HEADER] = original
-    return aio_pika.Message(
-        message.body,
-        headers=headers,
-        content_type=message.content_type,
-        content_encoding=message.content_encoding,
-        delivery_mode=message.delivery_mode or aio_pika.DeliveryMode.PERSISTENT,
-        priority=message.priority,
-        correlation_id=message.correlation_id,
-        reply_to=message.reply_to,
-        message_id=message.message_id,
-        timestamp=message.timestamp,
-        type=message.type,
-        app_id=message.app_id,
-        user_id=user_id,
-    )
-
-
-async def run_command(settings: Settings, args: argparse.Namespace) -> int:
-    """`ltm dlq ACTION`, as `worker.cli` parsed it."""
-    as_json = bool(args.as_json)
-    match args.dlq_command:
-        case "list":
-            return await list_dead_letters(settings, as_json=as_json)
-        case "replay":
-            return await replay_dead_letters(
-                settings, event_id=args.event_id, replay_all=bool(args.all), as_json=as_json
-            )
-        case "purge":
-            return await purge_dead_letters(settings, yes=bool(args.yes), as_json=as_json)
-    print(f"unknown dlq action {args.dlq_command}", file=sys.stderr)
-    return ExitCode.USAGE
-
-
-async def inspect_dead_letters(
-    settings: Settings, *, limit: int = DEFAULT_LIMIT
-) -> tuple[list[DeadLetter], int]:
-    """The dead letters (at most `limit`) and how many the queue holds; consumes nothing."""
-    held, total = await read_dead_letters(settings, limit=limit)
-    return [letter.entry for letter in held], total
-
-
-async def read_dead_letters(
-    settings: Settings, *, limit: int = DEFAULT_LIMIT
-) -> tuple[list[HeldDeadLetter], int]:
-    """`inspect_dead_letters` with each body; raises `ChannelNotFoundEntity` when there is no
-    dead-letter queue."""
-    topology = settings.topology
-    async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
-        queue = await _dead_letter_queue(channel, topology)
-        total = _message_count(queue)
-        held = await _hold(queue, min(total, limit))
-        # Closing the channel without acknowledging hands every message back to the queue.
-        return [
-            HeldDeadLetter(describe(message, topology), message.body, message.content_type)
-            for message in held
-        ], total
-
-
-async def list_dead_letters(
-    settings: Settings,
-    *,
-    as_json: bool = False,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-    limit: int = DEFAULT_LIMIT,
-) -> int:
-    """`ltm dlq list`: a table of the dead letters, or a JSON array of them; exit code 0, 1
-    when there is no queue."""
-    out, err = out or sys.stdout, err or sys.stderr
-    try:
-        entries, total = await inspect_dead_letters(settings, limit=limit)
-    except ChannelNotFoundEntity:
-        return _missing_queue(settings, err)
-    shown = f"the first {len(entries)} of {total}" if total > len(entries) else f"{len(entries)}"
-    if as_json:
-        print(json_document([dataclasses.asdict(entry) for entry in entries]), file=out)
-        if total > len(entries):
-            print(f"{shown} dead-lettered message(s) listed", file=err)
-    elif not entries:
-        print(f"{settings.topology.dead_letter_queue} is empty", file=out)
-    else:
-        print_table(DEAD_LETTER_HEADER, dead_letter_rows(entries), out)
-        print(f"{shown} dead-lettered message(s)", file=out)
-    return ExitCode.OK
-
 
 DEAD_LETTER_HEADER: Final = (
     "EVENT ID",
@@ -263,12 +54,38 @@ def dead_letter_rows(entries: Sequence[DeadLetter]) -> list[tuple[str, ...]]:
     ]
 
 
+async def list_dead_letters(
+    settings: Settings,
+    command: ListDeadLetters,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> int:
+    """`ltm dlq list`: a table of the dead letters, or a JSON array of them; exit code 0, 1
+    when there is no queue."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        entries, total = await inspect_dead_letters(settings, limit=limit)
+    except ChannelNotFoundEntity:
+        return _missing_queue(settings, err)
+    shown = f"the first {len(entries)} of {total}" if total > len(entries) else f"{len(entries)}"
+    if command.as_json:
+        print(json_document([dataclasses.asdict(entry) for entry in entries]), file=out)
+        if total > len(entries):
+            print(f"{shown} dead-lettered message(s) listed", file=err)
+    elif not entries:
+        print(f"{settings.topology.dead_letter_queue} is empty", file=out)
+    else:
+        print_table(DEAD_LETTER_HEADER, dead_letter_rows(entries), out)
+        print(f"{shown} dead-lettered message(s)", file=out)
+    return ExitCode.OK
+
+
 async def replay_dead_letters(
     settings: Settings,
+    command: ReplayDeadLetters,
     *,
-    event_id: str | None = None,
-    replay_all: bool = False,
-    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
     limit: int = DEFAULT_LIMIT,
@@ -277,162 +94,61 @@ async def replay_dead_letters(
     original routing key and properties; each dead-letter copy is acked only after the
     broker confirmed its replay. Exit code 1 for a failed replay, 3 for an unknown id."""
     out, err = out or sys.stdout, err or sys.stderr
-    if (event_id is None) == (not replay_all):
-        print("give either an event id or replay_all", file=err)
-        return ExitCode.USAGE
-    topology = settings.topology
     try:
-        report = await replay(settings, event_id=event_id, limit=limit)
+        report = await replay(settings, event_id=command.event_id, limit=limit)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
-    report.show(topology, topology.tool_calls_exchange, as_json=as_json, out=out, err=err)
-    return report.exit_code
+    _print_replays(report, settings.topology, command.as_json, out, err)
+    return replay_exit_code(report)
 
 
-async def replay(
-    settings: Settings, *, event_id: str | None, limit: int = DEFAULT_LIMIT
-) -> ReplayReport:
-    """Replays the dead letter with `event_id` (every copy of it), or every dead letter there
-    is now when None; each copy is acked only after the broker confirmed its republish.
-    Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
-    topology = settings.topology
-    async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
-        queue = await _dead_letter_queue(channel, topology)
-        exchange = await channel.get_exchange(topology.tool_calls_exchange)
-        replayer = _Replayer(exchange, topology, settings.amqp_user)
-        if event_id is not None:
-            return await replayer.one(queue, event_id, limit)
-        return await replayer.everything(queue)
+def replay_exit_code(report: ReplayReport) -> ExitCode:
+    if report.unknown_id is not None:
+        return ExitCode.NOT_FOUND
+    return ExitCode.OK if report.complete else ExitCode.FAILED
 
 
-async def purge(settings: Settings) -> int:
-    """Empties the dead-letter queue now, without asking; how many messages it removed.
-    Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
-    topology = settings.topology
-    async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
-        return await _purge(await _dead_letter_queue(channel, topology))
-
-
-async def purge_dead_letters(
-    settings: Settings,
-    *,
-    yes: bool = False,
-    as_json: bool = False,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-    stdin: TextIO | None = None,
-) -> int:
-    """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`.
-    Exit code 1 when the answer is not yes (or stdin is closed)."""
-    out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
-    # With --json stdout holds the JSON alone: the question and the notes go to stderr.
-    notes = err if as_json else out
-    topology = settings.topology
-    removed, code = 0, ExitCode.OK
-    try:
-        async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
-            queue = await _dead_letter_queue(channel, topology)
-            count = _message_count(queue)
-            question = f"remove {count} dead-lettered message(s) from {queue.name}? [y/N] "
-            if count == 0:
-                print(f"{topology.dead_letter_queue} is empty", file=notes)
-            elif not yes and not await _confirmed(question, notes, stdin):
-                # Not 0: a script that ran it without --yes must not take it as done.
-                print("nothing removed (answer y, or pass --yes)", file=notes)
-                code = ExitCode.FAILED
-            else:
-                removed = await _purge(queue)
-                print(f"removed {removed} dead-lettered message(s)", file=notes)
-    except ChannelNotFoundEntity:
-        return _missing_queue(settings, err)
-    if as_json:
-        print(json_document({"removed": removed}), file=out)
-    return code
-
-
-async def _purge(queue: AbstractQueue) -> int:
-    return int((await queue.purge()).message_count or 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """One dead letter sent back, or the reason it was not (`error`)."""
-
-    entry: DeadLetter
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayReport:
-    """What a replay did: `ltm dlq replay` prints it once it is over."""
-
-    replays: list[Replayed]
-    total: int
-    unknown_id: str | None = None
-    # `--all`: ends with how many of the queue's messages went back.
-    whole_queue: bool = False
-
-    @property
-    def replayed(self) -> list[DeadLetter]:
-        return [replay.entry for replay in self.replays if replay.error is None]
-
-    @property
-    def failed(self) -> list[Replayed]:
-        return [replay for replay in self.replays if replay.error is not None]
-
-    @property
-    def not_reached(self) -> int:
-        """Messages the queue held that this replay did not get to (run it again)."""
-        return self.total - len(self.replays)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        if self.unknown_id is not None:
-            return ExitCode.NOT_FOUND
-        replayed = sum(replay.error is None for replay in self.replays)
-        return ExitCode.OK if replayed == self.total else ExitCode.FAILED
-
-    def show(
-        self, topology: Topology, exchange: str, *, as_json: bool, out: TextIO, err: TextIO
-    ) -> None:
-        for replay in self.replays:
-            entry = replay.entry
-            if replay.error is not None:
-                print(
-                    f"could not replay {entry.event_id}: {replay.error}; it stays dead-lettered",
-                    file=err,
-                )
-            elif not as_json:
-                print(
-                    f"replayed {entry.event_id} (tool call {shown_text(entry.tool_call_id)}) "
-                    f"to {exchange} with routing key {entry.routing_key}",
-                    file=out,
-                )
-        replayed = self.replayed
-        not_reached = self.not_reached
-        if self.unknown_id is not None:
+def _print_replays(
+    report: ReplayReport, topology: Topology, as_json: bool, out: TextIO, err: TextIO
+) -> None:
+    for replayed in report.replays:
+        entry = replayed.entry
+        if replayed.error is not None:
             print(
-                f"no dead-lettered message with event id {self.unknown_id} "
-                f"({self.total} message(s) looked at)",
+                f"could not replay {entry.event_id}: {replayed.error}; it stays dead-lettered",
                 file=err,
             )
-        elif self.whole_queue:
-            note = f"; {not_reached} not reached, run it again" if not_reached else ""
-            summary = f"replayed {len(replayed)} of {self.total} dead-lettered message(s){note}"
-            if self.total == 0:
-                summary = f"{topology.dead_letter_queue} is empty"
-            print(summary, file=err if as_json else out)
-        if as_json:
-            document = {
-                "replayed": [_replay_fields(entry) for entry in replayed],
-                "failed": [
-                    {**_replay_fields(replay.entry), "error": replay.error}
-                    for replay in self.replays
-                    if replay.error is not None
-                ],
-                "not_reached": not_reached,
-            }
-            print(json_document(document), file=out)
+        elif not as_json:
+            print(
+                f"replayed {entry.event_id} (tool call {shown_text(entry.tool_call_id)}) "
+                f"to {topology.tool_calls_exchange} with routing key {entry.routing_key}",
+                file=out,
+            )
+    if report.unknown_id is not None:
+        print(
+            f"no dead-lettered message with event id {report.unknown_id} "
+            f"({report.total} message(s) looked at)",
+            file=err,
+        )
+    elif report.whole_queue:
+        print(_replay_summary(report, topology), file=err if as_json else out)
+    if as_json:
+        document = {
+            "replayed": [_replay_fields(entry) for entry in report.replayed],
+            "failed": [
+                {**_replay_fields(failed.entry), "error": failed.error} for failed in report.failed
+            ],
+            "not_reached": report.not_reached,
+        }
+        print(json_document(document), file=out)
+
+
+def _replay_summary(report: ReplayReport, topology: Topology) -> str:
+    if report.total == 0:
+        return f"{topology.dead_letter_queue} is empty"
+    not_reached = report.not_reached
+    note = f"; {not_reached} not reached, run it again" if not_reached else ""
+    return f"replayed {len(report.replayed)} of {report.total} dead-lettered message(s){note}"
 
 
 def _replay_fields(entry: DeadLetter) -> dict[str, str | None]:
@@ -443,206 +159,48 @@ def _replay_fields(entry: DeadLetter) -> dict[str, str | None]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class _Replayer:
-    """Republishes dead letters to the tool-call exchange, confirmed, then acks each copy."""
-
-    exchange: AbstractExchange
-    topology: Topology
-    user_id: str | None  # the operator's broker user, on every replayed call
-
-    async def one(self, queue: AbstractQueue, event_id: str, limit: int) -> ReplayReport:
-        total = _message_count(queue)
-        held = await _hold(queue, min(total, limit))
-        # At-least-once dead-lettering may have stored a message twice: replay every copy.
-        matches = [m for m in held if describe(m, self.topology).event_id == event_id]
-        if not matches:
-            return ReplayReport([], len(held), unknown_id=event_id)
-        return ReplayReport([await self.replay(message) for message in matches], len(matches))
-
-    async def everything(self, queue: AbstractQueue) -> ReplayReport:
-        # Only what is there now: a replayed call the worker dead-letters again joins the
-        # queue's tail and must not be replayed a second time in this run.
-        total = _message_count(queue)
-        if total == 0:
-            return ReplayReport([], 0, whole_queue=True)
-        results: list[asyncio.Task[Replayed]] = []
-
-        def confirms_pending() -> bool:
-            return any(not task.done() for task in results)
-
-        async with asyncio.TaskGroup() as replays:
-            async for message in take_deliveries(
-                queue, total, prefetch=REPLAY_WINDOW, waiting_for_acks=confirms_pending
-            ):
-                results.append(replays.create_task(self.replay(message)))
-        return ReplayReport([task.result() for task in results], total, whole_queue=True)
-
-    async def replay(self, message: AbstractIncomingMessage) -> Replayed:
-        entry = describe(message, self.topology)
-        replayed = replay_message(message, user_id=self.user_id)
-        try:
-            # A trace of its own, linked to the original's (where it was dead-lettered).
-            with tracing.sending(
-                exchange=self.exchange.name,
-                routing_key=entry.routing_key,
-                message_id=replayed.message_id,
-                conversation_id=replayed.correlation_id,
-                headers=replayed.headers,
-                parent=None,
-                linked_headers=message.headers,
-            ):
-                await self.exchange.publish(replayed, routing_key=entry.routing_key)
-        except DeliveryError as error:
-            # Unconfirmed or unroutable: the dead-letter copy stays where it is.
-            return Replayed(entry, _refusal(error, entry.routing_key))
-        await message.ack()
-        return Replayed(entry)
-
-
-def _refusal(error: DeliveryError, routing_key: str) -> str:
-    if isinstance(error, PublishError):
-        return f"the broker returned it: no queue is bound for routing key {routing_key}"
-    return f"the broker did not confirm it ({type(error).__name__})"
-
-
-async def _hold(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
-    """Takes up to `count` messages without acknowledging them; the caller's channel returns
-    those it does not ack when it closes."""
-    return [message async for message in take_deliveries(queue, count, prefetch=count)]
-
-
-async def take_deliveries(
-    queue: AbstractQueue,
-    count: int,
+async def purge_dead_letters(
+    settings: Settings,
+    command: PurgeDeadLetters,
     *,
-    prefetch: int,
-    waiting_for_acks: Callable[[], bool] = lambda: False,
-) -> AsyncIterator[AbstractIncomingMessage]:
-    """Up to `count` deliveries, unacknowledged; stops early when one does not come within
-    `DELIVERY_PATIENCE_S`, unless `waiting_for_acks()`: at most `prefetch` are outstanding
-    unacknowledged at once, so a full window delivers nothing until the caller acks."""
-    if count <= 0:
-        return
-    await queue.channel.set_qos(prefetch_count=min(count, prefetch))
-    deliveries: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> int:
+    """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`.
+    Exit code 1 when the answer is not yes (or stdin is closed)."""
+    out, err, reader = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
+    # With --json stdout holds the JSON alone: the question and the notes go to stderr.
+    notes = err if command.as_json else out
 
-    async def on_message(message: AbstractIncomingMessage) -> None:
-        deliveries.put_nowait(message)
+    async def confirm(count: int, queue: str) -> bool:
+        if command.yes:
+            return True
+        print(f"remove {count} dead-lettered message(s) from {queue}? [y/N] ", end="", file=notes)
+        notes.flush()
+        # Off the event loop: the connection's heartbeats go on while the operator thinks.
+        answer = await asyncio.to_thread(reader.readline)
+        return answer.strip().lower() in ("y", "yes")
 
-    tag = await queue.consume(on_message)
     try:
-        taken = 0
-        while taken < count:
-            try:
-                message = await asyncio.wait_for(deliveries.get(), DELIVERY_PATIENCE_S)
-            except TimeoutError:
-                if waiting_for_acks():
-                    continue
-                return
-            taken += 1
-            yield message
-    finally:
-        if not queue.channel.is_closed:
-            await queue.cancel(tag)
-
-
-@asynccontextmanager
-async def _connection(settings: Settings) -> AsyncIterator[AbstractConnection]:
-    # A plain connection: a one-shot tool must fail loudly, not reconnect mid-replay.
-    connection = await amqp.connect(settings)
-    try:
-        yield connection
-    finally:
-        await connection.close()
-
-
-@asynccontextmanager
-async def _dead_letter_channel(connection: AbstractConnection) -> AsyncIterator[AbstractChannel]:
-    channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-    try:
-        yield channel
-    finally:
-        if not channel.is_closed:
-            await channel.close()
-
-
-async def _dead_letter_queue(channel: AbstractChannel, topology: Topology) -> AbstractQueue:
-    return await channel.declare_queue(topology.dead_letter_queue, passive=True)
-
-
-def _message_count(queue: AbstractQueue) -> int:
-    return int(queue.declaration_result.message_count or 0)
+        done = await purge(settings, confirm=confirm)
+    except ChannelNotFoundEntity:
+        return _missing_queue(settings, err)
+    code = ExitCode.OK
+    if done.found == 0 and not done.removed:
+        print(f"{done.queue} is empty", file=notes)
+    elif done.refused:
+        # Not 0: a script that ran it without --yes must not take it as done.
+        print("nothing removed (answer y, or pass --yes)", file=notes)
+        code = ExitCode.FAILED
+    else:
+        print(f"removed {done.removed} dead-lettered message(s)", file=notes)
+    if command.as_json:
+        print(json_document({"removed": done.removed}), file=out)
+    return code
 
 
 def _missing_queue(settings: Settings, err: TextIO) -> int:
     topology = settings.topology
     print(f"{topology.dead_letter_queue} does not exist: run `ltm topology` first", file=err)
-    return 1
-
-
-async def _confirmed(question: str, out: TextIO, stdin: TextIO) -> bool:
-    print(question, end="", file=out, flush=True)
-    # Off the event loop: the connection's heartbeats go on while the operator thinks.
-    answer = await asyncio.to_thread(stdin.readline)
-    return answer.strip().lower() in ("y", "yes")
-
-
-def _death_entry(headers: Mapping[str, Any], topology: Topology) -> Mapping[str, Any] | None:
-    """The x-death entry of the work queue, else the most recent one."""
-    deaths = headers.get("x-death")
-    if not isinstance(deaths, Sequence) or isinstance(deaths, str | bytes) or not deaths:
-        return None
-    entries = [entry for entry in deaths if isinstance(entry, Mapping)]
-    for entry in entries:
-        if entry.get("queue") == topology.worker_queue:
-            return entry
-    return entries[0] if entries else None
-
-
-def _broker_attempts(death: Mapping[str, Any], topology: Topology) -> int | None:
-    count = death.get("count")
-    if not isinstance(count, int):
-        return None
-    if death.get("reason") == "delivery_limit" and death.get("queue") == topology.worker_queue:
-        # Each such death is the limit's worth of redeliveries plus the first delivery.
-        return count * (int(worker_queue_arguments(topology)["x-delivery-limit"]) + 1)
-    return count
-
-
-def _worker_attempts(message: AbstractIncomingMessage, headers: Mapping[str, Any]) -> int | None:
-    attempts = headers.get(ATTEMPTS_HEADER)
-    if isinstance(attempts, int):
-        return attempts
-    # The worker copies the work queue's x-delivery-count; once the dead-letter queue itself
-    # has redelivered the message (a listing returns it), that header is the DLQ's own count.
-    count = headers.get("x-delivery-count")
-    if isinstance(count, int) and not message.redelivered:
-        return count + 1
-    return None
-
-
-def _body_fields(body: bytes) -> dict[str, Any]:
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, bytes):
-        value = value.decode(errors="replace")
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return None
+    return ExitCode.FAILED

@@ -11,19 +11,18 @@ Exit codes: 0 listed; 3 no such server, or no such persona on it (the message sa
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from typing import Final, TextIO
 
 from contracts import GLOBAL_LINEAGE, MemoryListing, UnknownPersona, UnknownServer
-from infra.memories import MemoryQueries
 from infra.settings import Settings
-from worker.adapters.database import create_engine
+from worker.ops.commands import ListMemories
+from worker.ops.output import ExitCode
+from worker.usecases.engines import one_shot_engine
+from worker.usecases.memory_listing import persona_listing
 
-__all__ = ["NOT_FOUND", "list_memories", "print_listing", "run_command"]
-
-NOT_FOUND: Final = 3
+__all__ = ["list_memories", "print_listing"]
 
 
 # C0 and C1 control characters and DEL, the usual ones by their names.
@@ -73,35 +72,27 @@ def print_listing(
 
 async def list_memories(
     settings: Settings,
-    server_disc_id: str,
-    persona_id: int,
-    user_ids: Sequence[str] = (),
+    command: ListMemories,
     *,
-    as_json: bool = False,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
-    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
     try:
-        queries = MemoryQueries(engine)
-        server = await queries.server(server_disc_id)
-        if server is None:
-            raise UnknownServer(server_disc_id)
-        lineage = server.lineage_of(persona_id)
-        listing = server.listing(persona_id, await queries.personal(user_ids))
+        async with one_shot_engine(settings) as engine:
+            found = await persona_listing(
+                engine, command.guild, command.persona_id, command.user_ids
+            )
     except (UnknownServer, UnknownPersona) as error:
         print(f"ltm memory list: {error}", file=err)
-        return NOT_FOUND
-    finally:
-        await engine.dispose()
-    if as_json:
-        print(listing.model_dump_json(), file=out)
+        return ExitCode.NOT_FOUND
+    if command.as_json:
+        print(found.listing.model_dump_json(), file=out)
     else:
         print_listing(
-            listing, server_disc_id=server_disc_id, persona_id=persona_id, lineage=lineage, out=out
+            found.listing,
+            server_disc_id=command.guild,
+            persona_id=command.persona_id,
+            lineage=found.lineage,
+            out=out,
         )
-    return 0
-
-
-async def run_command(settings: Settings, args: argparse.Namespace) -> int:
-    return await list_memories(settings, args.guild, args.persona, args.users, as_json=args.as_json)
+    return ExitCode.OK

@@ -14,8 +14,8 @@ import pytest
 from infra import amqp
 from infra.localnodes import RabbitCluster, TlsFiles
 from infra.settings import Settings
+from ltm.main import main
 from tests.support.localnodes import self_signed_tls
-from worker.cli import main
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(180)]
 

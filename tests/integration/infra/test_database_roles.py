@@ -15,10 +15,10 @@ from gateway import GatewayCaches, MemberDirectory
 from gateway.memories import MemoryReader
 from infra.database_roles import GRANTS, ROLES, SEQUENCE_GRANTS, TABLES
 from infra.settings import Settings
+from ltm.main import main
 from tests.support.database_roles import LoginRoles, login_roles
 from tests.support.fake_discord import random_snowflake
 from tests.support.world import World
-from worker.cli import main
 
 
 @pytest.fixture(scope="module")

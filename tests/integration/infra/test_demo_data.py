@@ -19,7 +19,7 @@ from tests.support.services import TestServices, own_database
 from tests.support.world import World
 from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
-from worker.ops.call import complete_envelope
+from worker.usecases.tool_call import complete_envelope
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FRIDAYS = "The server's movie night is on Fridays."

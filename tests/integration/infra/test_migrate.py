@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from infra.database import drop_database, with_database_name
+from ltm.main import main
 from tests.support.services import TestServices
-from worker.cli import main
 
 
 def test_migrate_says_whether_it_created_the_database(

@@ -6,18 +6,14 @@ import asyncio
 import io
 import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import aio_pika
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from contracts import (
-    CacheInvalidate,
-    DeadLettersPurged,
-    DeadLettersReplayed,
     MemoryUpdated,
-    ReplayedCall,
     Topology,
     amqp_properties,
     audit_routing_key,
@@ -27,8 +23,10 @@ from contracts import (
 from infra.settings import Settings
 from tests.integration.ops.seeding import memory_updated, publish_event
 from tests.support.waiting import eventually
-from worker.ops.audit_stream import event_line, parse_start, tail_audit
+from worker.ops.audit_tail import tail_audit
+from worker.ops.commands import TailAudit
 from worker.ops.output import shown_time
+from worker.usecases.audit_stream import parse_start
 
 # Generous: a tail that did not stop on its own fails here instead of hanging the run.
 TAIL_DEADLINE_S = 30.0
@@ -49,7 +47,13 @@ async def _publish(
 async def _tail(settings: Settings, start: str, *, as_json: bool = False) -> list[str]:
     out, err = io.StringIO(), io.StringIO()
     code = await asyncio.wait_for(
-        tail_audit(settings, start, as_json=as_json, out=out, err=err, stop=asyncio.Event()),
+        tail_audit(
+            settings,
+            TailAudit(parse_start(start), as_json=as_json),
+            out=out,
+            err=err,
+            stop=asyncio.Event(),
+        ),
         TAIL_DEADLINE_S,
     )
     assert code == 0, err.getvalue()
@@ -153,7 +157,7 @@ async def test_tail_follow_from_last_prints_the_newest_event_then_new_ones(
     newest = json.loads((await _tail(ops_settings, "first", as_json=True))[-1])
     out, stop = io.StringIO(), asyncio.Event()
     tail = asyncio.create_task(
-        tail_audit(ops_settings, "last", follow=True, as_json=True, out=out, stop=stop)
+        tail_audit(ops_settings, TailAudit("last", follow=True, as_json=True), out=out, stop=stop)
     )
 
     async def printed(count: int) -> list[str] | None:
@@ -212,7 +216,7 @@ async def test_follow_prints_new_events_until_stopped(
     (old,) = await _publish(channel, topology, "old")
     out, stop = io.StringIO(), asyncio.Event()
     tail = asyncio.create_task(
-        tail_audit(ops_settings, "first", follow=True, as_json=True, out=out, stop=stop)
+        tail_audit(ops_settings, TailAudit("first", follow=True, as_json=True), out=out, stop=stop)
     )
 
     async def printed(tool_call_id: str) -> bool:
@@ -224,66 +228,3 @@ async def test_follow_prints_new_events_until_stopped(
     stop.set()
 
     assert await asyncio.wait_for(tail, TAIL_DEADLINE_S) == 0
-
-
-async def test_a_bad_start_is_a_usage_error(ops_settings: Settings) -> None:
-    err = io.StringIO()
-
-    assert await tail_audit(ops_settings, "yesterday", out=io.StringIO(), err=err) == 2
-    assert "--from must be first, last, or a time" in err.getvalue()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("first", "first"),
-        ("LAST", "last"),
-        ("2025-01-31T12:00:00Z", datetime(2025, 1, 31, 12, tzinfo=UTC)),
-        ("2025-01-31T14:00:00+02:00", datetime(2025, 1, 31, 12, tzinfo=UTC)),
-        ("2025-01-31 12:00", datetime(2025, 1, 31, 12, tzinfo=UTC)),
-        ("2025-01-31 12:00:30", datetime(2025, 1, 31, 12, 0, 30, tzinfo=UTC)),
-        ("2025-01-31", datetime(2025, 1, 31, tzinfo=UTC)),
-    ],
-)
-def test_parse_start(text: str, expected: object) -> None:
-    assert parse_start(text) == expected
-
-
-def test_event_line_of_a_delete_says_deleted() -> None:
-    event = memory_updated("tc-x", 9, "line one\nline two", "ignored")
-    deleted = event.model_copy(update={"content_after": None})
-
-    line = event_line(deleted)
-
-    assert "before: line one\\nline two after: (deleted)" in line
-    assert "\n" not in line
-
-
-def test_event_line_shows_text_as_text_and_absent_values_as_a_dash() -> None:
-    event = memory_updated("tc-x", 9, "it's", 'say "hi"')
-    cache = CacheInvalidate(cache="user", key="42")
-
-    assert 'before: it\'s after: say "hi"' in event_line(event)
-    assert "None" not in event_line(cache)
-    assert event_line(cache).split()[2:] == ["-", "-", "-", "cache=user", "key=42"]
-
-
-def test_event_line_of_an_operator_action_names_the_operator_and_what_was_done() -> None:
-    replayed = DeadLettersReplayed(
-        actor="console:ann",
-        queue="ltm.tool_calls.dead",
-        replayed=(ReplayedCall(event_id="e-1", tool_call_id="tc-1", routing_key="r"),),
-        failed=1,
-    )
-    purged = DeadLettersPurged(actor="console:bob", queue="ltm.tool_calls.dead", removed=3)
-
-    assert event_line(replayed).split()[1:] == [
-        "operator.dead_letters_replayed",
-        "-",
-        "-",
-        "-",
-        "actor=console:ann",
-        "replayed=1",
-        "failed=1",
-    ]
-    assert event_line(purged).split()[-2:] == ["actor=console:bob", "removed=3"]

@@ -20,12 +20,11 @@ from tests.integration.ops.seeding import (
 )
 from tests.support.broker import queue_depth
 from tests.support.waiting import eventually
-from worker.ops.dead_letters import (
+from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
+from worker.ops.dead_letters import list_dead_letters, purge_dead_letters, replay_dead_letters
+from worker.usecases.dead_letter_queue import (
     DELIVERY_PATIENCE_S,
     inspect_dead_letters,
-    list_dead_letters,
-    purge_dead_letters,
-    replay_dead_letters,
     take_deliveries,
 )
 
@@ -73,7 +72,7 @@ async def test_list_shows_both_kinds_and_consumes_nothing(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert await list_dead_letters(ops_settings, out=out, err=err) == 0
+    assert await list_dead_letters(ops_settings, ListDeadLetters(), out=out, err=err) == 0
 
     header, *rows, summary = out.getvalue().splitlines()
     assert header.split() == [
@@ -104,7 +103,9 @@ async def test_list_as_json_is_one_array_of_the_entries(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert await list_dead_letters(ops_settings, as_json=True, out=out, err=err) == 0
+    assert (
+        await list_dead_letters(ops_settings, ListDeadLetters(as_json=True), out=out, err=err) == 0
+    )
 
     listed = {entry["tool_call_id"]: entry for entry in json.loads(out.getvalue())}
     assert set(listed) == {call.tool_call_id for call in seeded.all}
@@ -122,8 +123,8 @@ async def test_list_of_an_empty_queue_says_so_or_prints_an_empty_array(
 ) -> None:
     text, as_json = io.StringIO(), io.StringIO()
 
-    assert await list_dead_letters(ops_settings, out=text) == 0
-    assert await list_dead_letters(ops_settings, as_json=True, out=as_json) == 0
+    assert await list_dead_letters(ops_settings, ListDeadLetters(), out=text) == 0
+    assert await list_dead_letters(ops_settings, ListDeadLetters(as_json=True), out=as_json) == 0
 
     assert text.getvalue() == f"{topology.dead_letter_queue} is empty\n"
     assert json.loads(as_json.getvalue()) == []
@@ -159,7 +160,7 @@ async def test_replay_by_id_moves_exactly_that_one_back_as_published(
     out, err = io.StringIO(), io.StringIO()
     event_id = str(seeded.exhausted.event_id)
 
-    code = await replay_dead_letters(ops_settings, event_id=event_id, out=out, err=err)
+    code = await replay_dead_letters(ops_settings, ReplayDeadLetters(event_id), out=out, err=err)
 
     assert code == 0, err.getvalue()
     assert f"replayed {event_id}" in out.getvalue()
@@ -191,7 +192,7 @@ async def test_replay_of_a_worker_dead_letter_drops_its_marks(
     ops_settings: Settings, channel: AbstractChannel, topology: Topology, seeded: Seeded
 ) -> None:
     code = await replay_dead_letters(
-        ops_settings, event_id=str(seeded.crashed.event_id), out=io.StringIO()
+        ops_settings, ReplayDeadLetters(str(seeded.crashed.event_id)), out=io.StringIO()
     )
 
     assert code == 0
@@ -210,7 +211,9 @@ async def test_replay_of_an_unknown_id_fails_clearly_and_changes_nothing(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    code = await replay_dead_letters(ops_settings, event_id="no-such-event", out=out, err=err)
+    code = await replay_dead_letters(
+        ops_settings, ReplayDeadLetters("no-such-event"), out=out, err=err
+    )
 
     assert code == 3
     assert "no dead-lettered message with event id no-such-event" in err.getvalue()
@@ -227,7 +230,7 @@ async def test_an_unroutable_replay_stays_dead_lettered(
     err = io.StringIO()
 
     code = await replay_dead_letters(
-        ops_settings, event_id=str(orphan.event_id), out=io.StringIO(), err=err
+        ops_settings, ReplayDeadLetters(str(orphan.event_id)), out=io.StringIO(), err=err
     )
 
     assert code == 1
@@ -243,7 +246,7 @@ async def test_replay_all_sends_every_one_back(
 ) -> None:
     out = io.StringIO()
 
-    assert await replay_dead_letters(ops_settings, replay_all=True, out=out) == 0
+    assert await replay_dead_letters(ops_settings, ReplayDeadLetters(None), out=out) == 0
 
     assert out.getvalue().splitlines()[-1] == "replayed 3 of 3 dead-lettered message(s)"
     await _wait_for_count(channel, topology.worker_queue, 3)
@@ -261,7 +264,9 @@ async def test_replay_all_as_json_is_one_document_of_what_went_back(
     out, err = io.StringIO(), io.StringIO()
 
     assert (
-        await replay_dead_letters(ops_settings, replay_all=True, as_json=True, out=out, err=err)
+        await replay_dead_letters(
+            ops_settings, ReplayDeadLetters(None, as_json=True), out=out, err=err
+        )
         == 0
     )
 
@@ -279,7 +284,7 @@ async def test_purge_with_yes_empties_the_queue(
 ) -> None:
     out = io.StringIO()
 
-    assert await purge_dead_letters(ops_settings, yes=True, out=out) == 0
+    assert await purge_dead_letters(ops_settings, PurgeDeadLetters(yes=True), out=out) == 0
 
     assert "removed 3 dead-lettered message(s)" in out.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 0)
@@ -290,7 +295,12 @@ async def test_purge_as_json_prints_the_count_alone_on_stdout(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert await purge_dead_letters(ops_settings, yes=True, as_json=True, out=out, err=err) == 0
+    assert (
+        await purge_dead_letters(
+            ops_settings, PurgeDeadLetters(yes=True, as_json=True), out=out, err=err
+        )
+        == 0
+    )
 
     assert json.loads(out.getvalue()) == {"removed": 3}
     assert "removed 3" in err.getvalue()
@@ -307,7 +317,9 @@ async def test_purge_not_answered_yes_keeps_everything_and_exits_1(
 ) -> None:
     out = io.StringIO()
 
-    code = await purge_dead_letters(ops_settings, out=out, stdin=io.StringIO(answer))
+    code = await purge_dead_letters(
+        ops_settings, PurgeDeadLetters(), out=out, stdin=io.StringIO(answer)
+    )
 
     assert code == 1
     assert "remove 3 dead-lettered message(s)" in out.getvalue()
@@ -320,7 +332,12 @@ async def test_purge_answered_yes_empties_the_queue(
 ) -> None:
     out = io.StringIO()
 
-    assert await purge_dead_letters(ops_settings, out=out, stdin=io.StringIO("y\n")) == 0
+    assert (
+        await purge_dead_letters(
+            ops_settings, PurgeDeadLetters(), out=out, stdin=io.StringIO("y\n")
+        )
+        == 0
+    )
 
     assert "removed 3" in out.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 0)

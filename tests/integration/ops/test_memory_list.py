@@ -28,7 +28,7 @@ def world(services: TestServices) -> World:
 async def ltm(services: TestServices, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, "-m", "ltm", *args],
         env=services.env(LTM_LOG_FORMAT="console", **env),
         cwd=REPOSITORY,
         capture_output=True,

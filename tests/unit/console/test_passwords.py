@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from console.app import ConsoleNotConfigured, password_hash_of
 from console.passwords import hash_password, print_password_hash, verify_password
 from infra.settings import Settings
-from worker.cli import main
+from ltm.main import main
 
 
 async def test_the_printed_hash_checks_the_password_and_no_other() -> None:
@@ -47,7 +47,7 @@ def test_the_console_needs_a_password_hash_that_is_one() -> None:
 def test_ltm_console_without_a_hash_says_what_to_do_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("worker.cli.configure_logging", lambda *_: None)
+    monkeypatch.setattr("ltm.main.configure_logging", lambda *_: None)
     monkeypatch.delenv("LTM_CONSOLE_PASSWORD_HASH", raising=False)
 
     code = main(["console", "--port", "0"])

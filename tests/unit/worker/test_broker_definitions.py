@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import main
+from ltm.main import main
 
 PASSWORDS = {
     "LTM_BROKER_WORKER_PASSWORD": "worker-pw-1",

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from infra.localnodes import PostgresPair
+from ltm.main import main
 from tests.support.localnodes import MachineServices, started_pair
-from worker.cli import main
 
 pytestmark = pytest.mark.localnodes
 

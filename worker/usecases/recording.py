@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from infra import amqp
 from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
-from worker.adapters.database import create_engine
 from worker.adapters.outbox import OutboxStore, queue_events
 from worker.core.outgoing import OutboxRow, OutgoingEvent
+from worker.usecases.engines import one_shot_engine
 
 __all__ = ["publish_queued", "record_events"]
 
@@ -34,10 +34,7 @@ async def publish_queued(
 
 async def record_events(settings: Settings, events: Sequence[OutgoingEvent]) -> None:
     """Commits `events` to the outbox in a transaction of their own, then publishes them."""
-    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
-    try:
+    async with one_shot_engine(settings) as engine:
         async with engine.begin() as connection:
             rows = await queue_events(connection, events)
         await publish_queued(settings, engine, rows)
-    finally:
-        await engine.dispose()

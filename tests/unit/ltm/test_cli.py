@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from ltm.arguments import build_parser
+from ltm.main import main
 from tests.support.processes import free_port
-from worker.cli import build_parser, main
 
 
 @pytest.fixture(autouse=True)
 def _logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     # `main` points the logs at the stderr of its time, here a capture closed after the test:
     # later tests in the same run would log into a closed file.
-    monkeypatch.setattr("worker.cli.configure_logging", lambda *_: None)
+    monkeypatch.setattr("ltm.main.configure_logging", lambda *_: None)
 
 
 def _parsers(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ltm.main import main
 from tests.support.processes import free_port
-from worker.cli import main
 
 
 def test_bad_settings_are_one_line_and_exit_2(

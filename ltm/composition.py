@@ -1,0 +1,185 @@
+"""The composition root: builds every process of `ltm` from the settings, in one place, and
+runs each command."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+from infra import amqp
+from infra.logs import get_logger
+from infra.metrics import serve_metrics
+from infra.settings import Settings
+from infra.topology import declare_topology as declare_broker_topology
+from ltm.processes import (
+    Command,
+    DeclareTopology,
+    HashPassword,
+    Migrate,
+    RunGateway,
+    RunWorker,
+    ServeConsole,
+)
+from worker.adapters.database import create_engine
+from worker.adapters.memory_store import MemoryStore
+from worker.adapters.outbox import OutboxStore
+from worker.ops.commands import OperatorCommand, PrintBrokerDefinitions
+from worker.runtime import Worker
+
+__all__ = ["build_worker", "declare_topology", "migrate", "run_command", "run_worker"]
+
+log = get_logger("ltm")
+
+
+def run_command(command: Command, settings: Settings) -> int:
+    """Runs `command` to its end; its exit code."""
+    match command:
+        case Migrate():
+            return migrate(settings, roles=command.roles)
+        case DeclareTopology():
+            return _run(declare_topology(settings))
+        case PrintBrokerDefinitions():
+            from worker.ops.broker_definitions import print_definitions
+
+            return print_definitions(settings, command)
+        case RunWorker():
+            return _run(run_worker(settings))
+        case RunGateway():
+            from gateway.process import run_gateway
+
+            return _run(run_gateway(settings, command.shards, command.shard_count))
+        case ServeConsole():
+            from console.app import run_console
+
+            return _run(run_console(settings, command.host, command.port))
+        case HashPassword():
+            from console.passwords import print_password_hash
+
+            return print_password_hash()
+    return _run(_operator_command(command, settings))
+
+
+def _run(coroutine: Coroutine[Any, Any, int]) -> int:
+    try:
+        import uvloop
+
+        return uvloop.run(coroutine)
+    except ImportError:  # pragma: no cover - uvloop is not on every platform
+        return asyncio.run(coroutine)
+
+
+async def _operator_command(command: OperatorCommand, settings: Settings) -> int:
+    # Imported when used: `ltm worker` loads none of the operators' code.
+    from worker.ops import call, dead_letters, memory_list, revisions
+    from worker.ops.audit_tail import tail_audit
+    from worker.ops.commands import (
+        CallTool,
+        ListDeadLetters,
+        ListMemories,
+        PurgeDeadLetters,
+        ReplayDeadLetters,
+        RestoreRevision,
+        ShowHistory,
+        TailAudit,
+    )
+
+    match command:
+        case CallTool():
+            return await call.call_and_print(settings, command)
+        case ListDeadLetters():
+            return await dead_letters.list_dead_letters(settings, command)
+        case ReplayDeadLetters():
+            return await dead_letters.replay_dead_letters(settings, command)
+        case PurgeDeadLetters():
+            return await dead_letters.purge_dead_letters(settings, command)
+        case TailAudit():
+            return await tail_audit(settings, command)
+        case ShowHistory():
+            return await revisions.print_history(settings, command)
+        case RestoreRevision():
+            return await revisions.restore_and_print(settings, command)
+        case ListMemories():
+            return await memory_list.list_memories(settings, command)
+    raise AssertionError(f"no runner for {command!r}")  # pragma: no cover - a new command
+
+
+def migrate(settings: Settings, *, roles: bool) -> int:
+    from infra.database import database_name
+    from infra.database import migrate as upgrade
+
+    name = database_name(settings.database_url)
+    created = upgrade(settings.database_url)
+    found = f"created database {name}" if created else f"database {name} exists"
+    print(f"{found}; its schema is up to date")
+    if roles:
+        from infra.database_roles import ROLES, grant_roles
+
+        grant_roles(settings.database_url)
+        print(f"roles {', '.join(ROLES)} exist, granted what each uses in {name}")
+    return 0
+
+
+def build_worker(settings: Settings) -> Worker:
+    engine = create_engine(
+        settings.sqlalchemy_url,
+        pool_size=settings.db_pool_size,
+        lock_timeout_s=settings.db_lock_timeout_s,
+    )
+    return Worker(settings=settings, store=MemoryStore(engine), outbox=OutboxStore(engine))
+
+
+def _stop_on_signals(worker: Worker) -> None:
+    """SIGTERM and SIGINT stop the worker: it drains what is in flight, then `run` returns."""
+
+    def stop() -> None:
+        if worker.stopping:  # Ctrl-C reaches every process of the group, then a SIGTERM
+            return
+        worker.stop()  # before the log line: a stop must not depend on the output
+        log.info("worker.stopping")
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # pragma: no cover - not on Windows
+            loop.add_signal_handler(signum, stop)
+
+
+async def declare_topology(settings: Settings) -> int:
+    connection = await amqp.connect(settings)
+    async with connection:
+        channel = await connection.channel()
+        await declare_broker_topology(
+            channel, settings.topology, shards=range(settings.shard_count)
+        )
+    print(
+        f"topology declared under prefix {settings.amqp_prefix!r} "
+        f"with {settings.shard_count} shard queue(s)"
+    )
+    return 0
+
+
+async def run_worker(settings: Settings) -> int:
+    worker = build_worker(settings)
+    metrics_runner = None
+    if settings.metrics_port:
+        metrics_runner = await serve_metrics(
+            worker.metrics.registry,
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+            ready=lambda: worker.ready,
+            port_setting="LTM_METRICS_PORT",
+        )
+    _stop_on_signals(worker)
+    # What is alive now lives as long as the process: the collector need not walk it again.
+    # Full collections of it were the worker's longest pauses (tens of ms) under load.
+    gc.collect()
+    gc.freeze()
+    try:
+        await worker.run()
+    finally:
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+    return 0
