@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from harness.services import DEFAULT_DATABASE_URL, rabbitmqctl
 from infra.localnodes import PostgresPair, RabbitCluster, TlsFiles
 from infra.localnodes.host import new_base_dir, remove_if_empty
-from tests.support.services import DEFAULT_DATABASE_URL, rabbitmqctl
 
 __all__ = [
     "MachineServices",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.services import TestServices
 from infra.database import drop_database, with_database_name
-from tests.support.services import TestServices
 from worker.cli import main
 
 

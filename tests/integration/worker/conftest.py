@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from harness.world import World
 from infra.settings import Settings
 from tests.integration.worker.checks import Pipeline
-from tests.support.world import World
 from worker.adapters.database import MemoryStore, create_engine
 
 # Enough connections for the widest concurrency test to hold all its transactions at once.

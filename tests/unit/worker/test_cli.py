@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_port
+from harness.processes import free_port
 from worker.cli import build_parser, main
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_port
+from harness.processes import free_port
 from worker.cli import main
 
 
