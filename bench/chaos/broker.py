@@ -6,26 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import aio_pika
-import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 from contracts import (
     EmbedRequested,
     InvalidEnvelope,
+    MemoryStatus,
     ToolCallCompleted,
     ToolCallRequested,
     Topology,
     amqp_properties,
     decode_event,
     encode_event,
+    shard_queue_arguments,
 )
 from harness.broker import delete_topology
-from infra.amqp import connect
+from infra.amqp import UNREACHABLE, BrokerNodes, connect
 from infra.settings import Settings
 from infra.topology import declare_topology
 
@@ -40,16 +42,30 @@ class Collected:
     )
     seen: set[uuid.UUID] = field(default_factory=set)
     undecodable: int = 0
+    # When each result arrived (time.monotonic()), its call and status: how soon calls were
+    # answered again after a fault.
+    arrivals: list[tuple[float, str, MemoryStatus]] = field(default_factory=list)
 
 
 class HarnessBroker:
     """The harness's own connection, supervised: publishing tool calls (confirmed, retried
-    after the broker drops the connection) and a durable tap on results and embeds."""
+    after the broker drops the connection, on the next node of a cluster) and, with `tap`, a
+    durable tap on results and embeds (replicated like the topology's queues on a cluster)."""
 
-    def __init__(self, settings: Settings, topology: Topology) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        topology: Topology,
+        *,
+        name: str = "chaos-harness",
+        tap: bool = True,
+    ) -> None:
         self.settings = settings
         self.topology = topology
+        self.name = name
+        self.tap = tap
         self.tap_queue = f"{topology.prefix}.chaos.tap"
+        self._nodes = BrokerNodes.of(settings)
         self.collected = Collected()
         self.reconnects = 0
         self._channel: AbstractChannel | None = None
@@ -58,7 +74,7 @@ class HarnessBroker:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._supervise(), name="chaos-harness-broker")
+        self._task = asyncio.create_task(self._supervise(), name=self.name)
         await asyncio.wait_for(self._ready.wait(), 30)
 
     async def stop(self) -> None:
@@ -70,10 +86,10 @@ class HarnessBroker:
         first = True
         while not self._stopping.is_set():
             try:
-                connection = await connect(
-                    self.settings, client_properties={"connection_name": "chaos-harness"}
+                connection = await self._nodes.connect(
+                    client_properties={"connection_name": self.name}
                 )
-            except (OSError, aiormq.exceptions.AMQPError):
+            except UNREACHABLE:
                 await asyncio.sleep(0.2)
                 continue
             if not first:
@@ -94,16 +110,9 @@ class HarnessBroker:
         connection.close_callbacks.add(lambda *_: lost.set())
         channel = await connection.channel(publisher_confirms=True)
         await declare_topology(channel, self.topology)
-        consume = await connection.channel()
         # A channel the broker closed (the connection still up) also means: start again.
-        for opened in (channel, consume):
-            opened.close_callbacks.add(lambda *_: lost.set())
-        await consume.set_qos(prefetch_count=500)
-        queue = await consume.declare_queue(self.tap_queue, durable=True)
-        events = await consume.get_exchange(self.topology.events_exchange, ensure=False)
-        for key in ("result.shard.*", "embed.shard.*"):
-            await queue.bind(events, routing_key=key)
-        await queue.consume(self._collect)
+        channel.close_callbacks.add(lambda *_: lost.set())
+        consume = await self._consume_tap(connection, lost) if self.tap else None
         self._channel = channel
         self._ready.set()
         stopping = asyncio.create_task(self._stopping.wait())
@@ -111,9 +120,24 @@ class HarnessBroker:
         await asyncio.wait({stopping, closed}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         closed.cancel()
-        if self._stopping.is_set():
+        if self._stopping.is_set() and consume is not None:
             with contextlib.suppress(Exception):
                 await consume.queue_delete(self.tap_queue)
+
+    async def _consume_tap(
+        self, connection: AbstractConnection, lost: asyncio.Event
+    ) -> AbstractChannel:
+        consume = await connection.channel()
+        consume.close_callbacks.add(lambda *_: lost.set())
+        await consume.set_qos(prefetch_count=500)
+        replicas = self.topology.replicas
+        arguments = None if replicas is None else shard_queue_arguments(replicas)
+        queue = await consume.declare_queue(self.tap_queue, durable=True, arguments=arguments)
+        events = await consume.get_exchange(self.topology.events_exchange, ensure=False)
+        for key in ("result.shard.*", "embed.shard.*"):
+            await queue.bind(events, routing_key=key)
+        await queue.consume(self._collect)
+        return consume
 
     async def _collect(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -126,6 +150,7 @@ class HarnessBroker:
             self.collected.seen.add(event.event_id)
             if isinstance(event, ToolCallCompleted):
                 self.collected.results[event.tool_call_id].append(event)
+                self.collected.arrivals.append((time.monotonic(), event.tool_call_id, event.status))
             elif isinstance(event, EmbedRequested):
                 self.collected.embeds[event.tool_call_id][event.event_id] = event
         await message.ack()

@@ -42,6 +42,11 @@ class ChaosReport:
     harness_reconnects: int = 0
     log_errors: list[str] = field(default_factory=list)
     log_dir: str = ""
+    # The cluster run's kills: what was killed, and the seconds from the kill to the first
+    # call answered after it (None: none was).
+    node_kills: list[tuple[str, float | None]] = field(default_factory=list)
+    # Processes that did not survive a kill of a node they were not even all connected to.
+    survival_errors: list[str] = field(default_factory=list)
 
     @property
     def duplicated(self) -> int:
@@ -59,7 +64,13 @@ class ChaosReport:
             found.append(f"{self.embeds_missing} successful call(s) without their embed")
         if self.undecodable_events:
             found.append(f"{self.undecodable_events} undecodable message(s) on the shard keys")
+        found += [
+            f"no call answered after: {what}"
+            for what, seconds in self.node_kills
+            if seconds is None
+        ]
         for kind, errors in (
+            ("survival", self.survival_errors),
             ("chain", self.chain_errors),
             ("model", self.model_errors),
             ("status", self.status_errors),
@@ -109,6 +120,12 @@ class ChaosReport:
         lines = [f"{name.ljust(width)}  {value}" for name, value in rows]
         lines.append("statuses:")
         lines += [f"  {status}: {n}" for status, n in sorted(self.statuses.items())]
+        if self.node_kills:
+            lines.append("kills (time from the kill to the first call answered after it):")
+            lines += [
+                f"  {what}: " + ("never" if seconds is None else f"{seconds:.1f} s")
+                for what, seconds in self.node_kills
+            ]
         if self.dead_letter_reasons:
             lines.append("dead-letter reasons:")
             lines += [f"  {reason}: {n}" for reason, n in self.dead_letter_reasons.most_common()]

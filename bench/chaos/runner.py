@@ -131,7 +131,7 @@ async def run_chaos(
     )
     scenario.count_into(report)
     run = _Run(
-        services, settings, Topology(prefix), scenario, report, logs, shards, settle_timeout_s
+        services, settings, settings.topology, scenario, report, logs, shards, settle_timeout_s
     )
     env = worker_env(prefix, scenario.world, db_retry_s=db_retry_s)
     plan = FaultPlan(kills, broker_closures, stalls, db_fault, outage_s, pg_cluster)
@@ -204,7 +204,7 @@ async def _settle_and_check(
     )
     await settle_embeds(
         harness,
-        gateways=gateways,
+        idle=lambda: not any(gateway.shard_consumer.in_flight for gateway in gateways),
         fake=fake,
         database_url=run.services.database_url,
         topology=run.topology,

@@ -8,7 +8,7 @@ import contextlib
 import io
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 
@@ -17,7 +17,7 @@ from bench.chaos.checks import answered, posts_by_nonce
 from bench.chaos.plan import PlannedCall
 from bench.chaos.report import ChaosReport
 from contracts import Topology
-from gateway import Gateway, discord_nonce
+from gateway import discord_nonce
 from harness.fake_discord import FakeDiscord
 from harness.waiting import eventually
 from infra.settings import Settings
@@ -79,7 +79,7 @@ async def settle_answers(
 async def settle_embeds(
     harness: HarnessBroker,
     *,
-    gateways: Sequence[Gateway],
+    idle: Callable[[], bool],
     fake: FakeDiscord,
     database_url: str,
     topology: Topology,
@@ -88,7 +88,7 @@ async def settle_embeds(
     timeout: float,
 ) -> None:
     """Until the outbox holds nothing unpublished, the shard queues are empty and the gateways
-    idle, and each successful call's embed reached the fake Discord."""
+    `idle` (none posting), and each successful call's embed reached the fake Discord."""
     ids = [call.tool_call_id for call in planned]
 
     async def quiet() -> bool:
@@ -97,7 +97,7 @@ async def settle_embeds(
         for shard in range(shards):
             if await harness.depth(topology.shard_queue(shard)) != 0:
                 return False
-        if any(gateway.shard_consumer.in_flight for gateway in gateways):
+        if not idle():
             return False
         posted = posts_by_nonce(fake)
         for call in planned:

@@ -15,10 +15,20 @@ __all__ = ["WorkerSlot"]
 
 
 class WorkerSlot:
-    """One worker's place: a real `ltm worker`, started again whenever it dies."""
+    """One worker's place: a real `ltm worker` (or, with other `args`, another `ltm`
+    process, such as a gateway), started again whenever it dies."""
 
-    def __init__(self, name: str, services: TestServices, env: dict[str, str], logs: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        services: TestServices,
+        env: dict[str, str],
+        logs: Path,
+        *,
+        args: tuple[str, ...] = ("worker",),
+    ) -> None:
         self.name = name
+        self.args = args
         self.services = services
         self.env = env
         self.logs = logs
@@ -43,7 +53,7 @@ class WorkerSlot:
             self.incarnations += 1
             log = self.logs / f"{self.name}-{self.incarnations}.log"
             self._killed = False
-            with LtmProcess(self.services, ("worker",), log, env=env) as process:
+            with LtmProcess(self.services, self.args, log, env=env) as process:
                 self.process = process
                 assert process.process is not None
                 code = await asyncio.to_thread(process.process.wait)

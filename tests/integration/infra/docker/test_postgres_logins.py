@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from harness.localnodes import MachineServices, started_pair
 from infra.localnodes import PostgresPair
-from tests.support.localnodes import MachineServices, started_pair
 from worker.cli import main
 
 pytestmark = pytest.mark.localnodes
