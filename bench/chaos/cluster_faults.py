@@ -56,6 +56,7 @@ class NodeFaults:
     queue: str  # the worker queue, whose leader is killed first
     hold_s: float = 5.0  # how long a killed node stays down
     struck: list[tuple[str, float]] = field(default_factory=list)
+    killed_nodes: list[str] = field(default_factory=list)
 
     async def run(self, gates: PublishGates) -> None:
         await gates.strike(0, lambda: self._kill_member(leader=True))
@@ -63,10 +64,12 @@ class NodeFaults:
         await gates.strike(2, self._fail_over_database)
 
     async def _member(self, *, leader: bool) -> str:
-        """A node of the worker queue's replicas: its leader, or one that follows it."""
+        """A node of the worker queue's replicas: its leader, or one that follows it (one not
+        killed before, when there is one)."""
         for _ in range(60):
             members = await asyncio.to_thread(self.cluster.quorum_members, self.queue)
             chosen = [member.node for member in members if member.leads == leader]
+            chosen.sort(key=lambda node: node in self.killed_nodes)
             if chosen and any(member.leads for member in members):
                 return chosen[0]
             await asyncio.sleep(0.5)  # between elections: no member leads yet
@@ -77,6 +80,7 @@ class NodeFaults:
         role = "leader" if leader else "follower"
         at = time.monotonic()
         await asyncio.to_thread(self.cluster.kill, name)
+        self.killed_nodes.append(name)
         self.struck.append((f"kill -9 of broker node {name} ({role} of the worker queue)", at))
         await asyncio.sleep(self.hold_s)  # the node's absence is the fault
         await asyncio.to_thread(self.cluster.restart, name)
