@@ -9,9 +9,11 @@ from worker.runtime import is_transient
 
 
 def _wrapped(error: Exception, *, invalidated: bool = False) -> sa_exc.DBAPIError:
-    return sa_exc.DBAPIError.instance(
+    wrapped = sa_exc.DBAPIError.instance(
         "UPDATE memories", {}, error, psycopg.Error, connection_invalidated=invalidated
     )
+    assert isinstance(wrapped, sa_exc.DBAPIError)
+    return wrapped
 
 
 def test_a_standby_not_yet_promoted_is_transient() -> None:
