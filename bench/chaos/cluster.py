@@ -9,7 +9,8 @@ node, from a different one each) and every queue 3-way replicated (`LTM_AMQP_REP
 database URL names both PostgreSQL hosts with `target_session_attrs=read-write`. During the
 run the node leading the worker queue is SIGKILLed and restarted, later a follower, then the
 PostgreSQL primary is SIGKILLed and its standby promoted. Then the checks of `make chaos`, the
-processes' survival, and for each kill the time to the first call answered after it.
+processes' survival, and for each kill the time to the first answer of a call published
+after it.
 `run_cluster_chaos` is the same run on nodes the caller started (tests/e2e/test_chaos_cluster.py).
 """
 
