@@ -121,7 +121,9 @@ class ChaosReport:
         lines.append("statuses:")
         lines += [f"  {status}: {n}" for status, n in sorted(self.statuses.items())]
         if self.node_kills:
-            lines.append("kills (time from the kill to the first answer of a call published after it):")
+            lines.append(
+                "kills (time from the kill to the first answer of a call published after it):"
+            )
             lines += [
                 f"  {what}: " + ("never" if seconds is None else f"{seconds:.1f} s")
                 for what, seconds in self.node_kills
