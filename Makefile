@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 run: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
 run: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 
-.PHONY: install run test test-fast lint bench chaos asyncapi services check-services clean \
+.PHONY: install run test test-fast lint bench chaos chaos-cluster asyncapi services check-services clean \
 	console console-assets screenshots
 
 install: $(STAMP)
@@ -66,6 +66,11 @@ bench: install check-services
 
 chaos: install check-services
 	$(BIN)/python -m bench.chaos
+
+# The chaos run on a three-node RabbitMQ cluster and a PostgreSQL pair of its own (started
+# and stopped by the run; the machine's broker and database are never touched).
+chaos-cluster: install check-services
+	$(BIN)/python -m bench.chaos.cluster
 
 asyncapi: install
 	$(BIN)/python -m contracts.asyncapi > contracts/asyncapi.yaml

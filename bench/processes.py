@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from tests.support.processes import free_port
+from harness.processes import free_port
 
 __all__ = ["REPO_ROOT", "Child", "free_port"]
 

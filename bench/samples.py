@@ -20,7 +20,7 @@ from pamqp.commands import Basic
 from bench.amqp import CallPublisher, outgoing_call
 from bench.world import CallMaker, events_queued_for
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, MemoryStatus, Topology
-from tests.support.waiting import eventually
+from harness.waiting import eventually
 from worker.adapters.broker import event_properties
 
 __all__ = ["Sample", "SampleEvent", "capture", "message_for", "properties_for"]

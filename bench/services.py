@@ -6,7 +6,7 @@ The database is `ltm_bench_<random>` on the local server (or the server of
 `ltmb<random>`. Both go away when the context ends, also after a failure.
 
 The pieces the test suite already has (the services' dataclass and its child-process
-environment, `rabbitmqctl`, the URL helpers) come from `tests.support.services`; unlike the
+environment, `rabbitmqctl`, the URL helpers) come from `harness.services`; unlike the
 tests, the bench always uses the local services and always makes its own virtual host.
 """
 
@@ -20,14 +20,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from contracts import Topology
-from infra.database import drop_database, migrate, with_database_name
-from tests.support.services import (
+from harness.services import (
     DEFAULT_AMQP_URL,
     DEFAULT_DATABASE_URL,
     TestServices,
-    _with_vhost,
     rabbitmqctl,
+    with_vhost,
 )
+from infra.database import drop_database, migrate, with_database_name
 
 __all__ = ["BenchServices", "bench_services"]
 
@@ -60,7 +60,7 @@ def bench_services() -> Iterator[BenchServices]:
         yield BenchServices(
             run_id=run_id,
             database_url=database_url,
-            amqp_url=_with_vhost(base_amqp, vhost),
+            amqp_url=with_vhost(base_amqp, vhost),
             amqp_prefix=f"ltmb{run_id}",
             vhost=vhost,
         )

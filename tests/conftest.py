@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from harness.services import TestServices, test_services
 from infra.settings import Settings
-from tests.support.services import TestServices, test_services
 
 
 @pytest.fixture(scope="session")

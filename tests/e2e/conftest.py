@@ -10,15 +10,28 @@ import pytest
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from contracts import Topology
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.world import World
 from infra.settings import Settings
 from infra.topology import declare_topology
-from tests.support.localnodes import localnodes_tls, machine_services, tls_node, tls_postgres
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import World
+from tests.support.localnodes import (
+    localnodes_tls,
+    machine_services,
+    rabbit_cluster,
+    tls_node,
+    tls_postgres,
+)
 
 # Opt-in: only the tests that name them start a node or an instance of their own.
-__all__ = ["localnodes_tls", "machine_services", "new_worker", "tls_node", "tls_postgres"]
+__all__ = [
+    "localnodes_tls",
+    "machine_services",
+    "new_worker",
+    "rabbit_cluster",
+    "tls_node",
+    "tls_postgres",
+]
 
 
 @pytest.fixture(scope="session")

@@ -30,14 +30,15 @@ from contracts import (
     encode_event,
     result_routing_key,
 )
+from harness.processes import LtmProcess
+from harness.services import TestServices, rabbitmqctl
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import Persona, World, tool_call
 from infra.broker_accounts import Role
 from infra.settings import Settings
 from tests.support.commands import run_ltm
 from tests.support.deployment import RoleDeployment, role_deployment
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, rabbitmqctl
-from tests.support.waiting import eventually
-from tests.support.world import Persona, World, snowflake, tool_call
 
 SHARD = 0  # declared by the definitions (LTM_SHARD_COUNT 1)
 

@@ -16,13 +16,14 @@ from aio_pika.abc import AbstractChannel
 from contracts import ToolCallCompleted, Topology, amqp_properties, encode_event
 from contracts.codec import MAX_NESTING
 from contracts.tool_calls import MAX_ALIASES, MAX_PARTICIPANTS
+from harness.broker import own_topology, publish_raw, queue_depth, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import Persona, World, tool_call
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.support.broker import own_topology, publish_raw, queue_depth, tap_events
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
-from tests.support.world import Persona, World, snowflake, tool_call
 
 MAX_BYTES = 65_536
 

@@ -1,4 +1,4 @@
-"""A short chaos run (`bench/chaos.py`): a few hundred random tool calls while real workers are
+"""A short chaos run (`bench/chaos/`): a few hundred random tool calls while real workers are
 SIGKILLed and restarted (some with a failpoint between commit and ack), the broker closes every
 connection of the test run's virtual host, the workers' path to the broker stalls until they
 give it up, and the test database goes away for a few seconds.
@@ -20,7 +20,7 @@ import aio_pika
 import hikari
 import pytest
 
-from bench.chaos import run_chaos
+from bench.chaos.runner import run_chaos
 from contracts import (
     EmbedPayload,
     EmbedRequested,
@@ -31,11 +31,12 @@ from contracts import (
     encode_event,
 )
 from gateway import DiscordSender, Gateway, RetryPolicy
+from harness.broker import publish_raw
+from harness.fake_discord import FakeDiscord, Reply
+from harness.services import TestServices, rabbitmqctl
+from harness.snowflake import snowflake
+from harness.waiting import eventually
 from infra.settings import Settings
-from tests.support.broker import publish_raw
-from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
-from tests.support.services import TestServices, rabbitmqctl
-from tests.support.waiting import eventually
 
 CALLS = 300
 KILLS = 4
@@ -156,8 +157,8 @@ async def test_an_embed_in_flight_when_the_broker_drops_the_gateway_is_posted_on
 def _embed() -> EmbedRequested:
     return EmbedRequested(
         tool_call_id=f"chaos-gw-{uuid.uuid4()}",
-        guild_id=str(random_snowflake()),
-        channel_id=str(random_snowflake()),
+        guild_id=snowflake(),
+        channel_id=snowflake(),
         shard_id=0,
         kind="memory_updated",
         embed=EmbedPayload(title="Tomori remembered something", description="x", color=0x25D4DA),

@@ -30,14 +30,15 @@ from contracts import (
     ToolCallRequested,
     Topology,
 )
+from harness.broker import EventTap, own_topology, publish_tool_call, queue_depth, tap_events
+from harness.processes import LtmProcess, free_port
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import Persona, World, tool_call
 from infra.settings import Settings
 from tests.integration.ops.seeding import worker_dead_letter
-from tests.support.broker import EventTap, own_topology, publish_tool_call, queue_depth, tap_events
 from tests.support.browser import chromium
-from tests.support.processes import LtmProcess, free_port
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
-from tests.support.world import Persona, World, snowflake, tool_call
 
 pytestmark = pytest.mark.browser
 

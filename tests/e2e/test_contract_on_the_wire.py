@@ -21,9 +21,10 @@ from contracts import (
 )
 from contracts.envelope import ENVELOPE_FIELDS
 from gateway.tool_client import MessageContext, ToolClient
+from harness.broker import EventTap, publish_raw, publish_tool_call, tap_events
+from harness.snowflake import snowflake
+from harness.world import World, participant
 from tests.support.asyncapi import AsyncApiDocument
-from tests.support.broker import EventTap, publish_raw, publish_tool_call, tap_events
-from tests.support.world import World, participant, snowflake
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 

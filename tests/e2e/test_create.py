@@ -23,12 +23,13 @@ from contracts import (
     ToolCallRequested,
     encode_event,
 )
+from harness.broker import own_topology, publish_raw, publish_tool_call, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices, database_refused
+from harness.snowflake import snowflake
+from harness.world import Persona, World, participant, tool_call
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.support.broker import own_topology, publish_raw, publish_tool_call, tap_events
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, database_refused
-from tests.support.world import Persona, World, participant, snowflake, tool_call
 
 
 def create(

@@ -21,8 +21,9 @@ from contracts import (
     ToolCallCompleted,
     Topology,
 )
-from tests.support.broker import publish_tool_call, tap_events
-from tests.support.world import World, participant, snowflake, tool_call
+from harness.broker import publish_tool_call, tap_events
+from harness.snowflake import snowflake
+from harness.world import World, participant, tool_call
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 

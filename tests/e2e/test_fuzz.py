@@ -28,8 +28,7 @@ from contracts import (
     decode_tool_call,
     encode_event,
 )
-from infra.settings import Settings
-from tests.support.broker import (
+from harness.broker import (
     Delivery,
     EventTap,
     own_topology,
@@ -38,11 +37,12 @@ from tests.support.broker import (
     queue_depth,
     tap_events,
 )
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.waiting import eventually
+from harness.world import Persona, World, participant, tool_call
+from infra.settings import Settings
 from tests.support.fuzzing import JSON, MAX_MEMORY_ID, TRICKY_TEXT, fresh_id
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
-from tests.support.world import Persona, World, participant, tool_call
 
 TOOL = "update_long_term_memory"
 FUZZ_SETTINGS = settings(

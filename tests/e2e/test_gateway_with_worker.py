@@ -11,10 +11,11 @@ import pytest
 
 from contracts import DELETE_COLOR, UPDATE_COLOR, Participant
 from gateway import DiscordSender, Gateway, MessageContext, RetryPolicy
+from harness.fake_discord import FakeDiscord
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import Persona, World, participant
 from infra.settings import Settings
-from tests.support.fake_discord import FakeDiscord
-from tests.support.waiting import eventually
-from tests.support.world import Persona, World, participant, snowflake
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 

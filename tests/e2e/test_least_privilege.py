@@ -21,13 +21,14 @@ from contracts import (
 from gateway import Gateway
 from gateway.console import ConsoleSender
 from gateway.tool_client import MessageContext
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import Persona, Server, World, participant
 from infra.broker_accounts import Role
 from infra.settings import Settings
 from tests.support.commands import run_ltm
 from tests.support.deployment import RoleDeployment, role_deployment
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import Persona, Server, World, participant, snowflake
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,12 @@ from contracts import (
     ToolCallRequested,
     Topology,
 )
-from tests.support.broker import publish_tool_call, tap_events
+from harness.broker import publish_tool_call, tap_events
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import World, participant, tool_call
 from tests.support.gateway_reader import GatewayReader
 from tests.support.read_back import shape_memory
-from tests.support.services import TestServices
-from tests.support.world import World, participant, snowflake, tool_call
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 

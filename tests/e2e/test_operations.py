@@ -22,13 +22,14 @@ from contracts import (
     cache_routing_key,
     encode_event,
 )
+from harness.amqp_proxy import AmqpProxy
+from harness.broker import publish_raw, publish_tool_call, tap_events
+from harness.services import TestServices, database_refused
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import World, tool_call
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.support.amqp_proxy import AmqpProxy
-from tests.support.broker import publish_raw, publish_tool_call, tap_events
-from tests.support.services import TestServices, database_refused
-from tests.support.waiting import eventually
-from tests.support.world import World, snowflake, tool_call
 from worker.ops.audit_tail import tail_audit
 from worker.ops.commands import ListDeadLetters, ReplayDeadLetters, TailAudit
 from worker.ops.dead_letters import list_dead_letters, replay_dead_letters

@@ -20,14 +20,15 @@ from contracts import (
     Topology,
     encode_event,
 )
+from harness.broker import own_topology, publish_tool_call, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import World
+from harness.world import tool_call as call_on
 from infra.settings import Settings
 from tests.integration.ops.seeding import publish_event, tool_call, worker_dead_letter
-from tests.support.broker import own_topology, publish_tool_call, tap_events
 from tests.support.commands import run_ltm, run_ltm_into_closed_pipe, run_ltm_into_head
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import World, snowflake
-from tests.support.world import tool_call as call_on
 from worker.adapters.revisions import REVISION_INSERT
 
 # 128 + SIGPIPE: how a shell reports a command whose reader went away.

@@ -17,11 +17,12 @@ from contracts import (
     ToolCallCompleted,
     Topology,
 )
+from harness.broker import publish_tool_call, tap_events
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import World, participant, tool_call
 from infra.settings import Settings
-from tests.support.broker import publish_tool_call, tap_events
 from tests.support.commands import run_ltm
-from tests.support.services import TestServices
-from tests.support.world import World, participant, snowflake, tool_call
 from worker.ops.commands import RestoreRevision, ShowHistory
 from worker.ops.revisions import print_history, restore_and_print
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.broker import own_topology
+from harness.processes import LtmProcess
+from harness.services import TestServices, own_database
+from harness.waiting import eventually
 from infra.settings import Settings
-from tests.support.broker import own_topology
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, own_database
-from tests.support.waiting import eventually
 
 GRACE_S = 10  # LTM_SHUTDOWN_GRACE_S of these processes: idle, they need far less
 SHARD = 9_100

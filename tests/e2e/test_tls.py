@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import World, participant
 from infra.localnodes import PostgresPair, RabbitCluster, TlsFiles
 from tests.support.commands import run_ltm
 from tests.support.localnodes import self_signed_tls
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import World, participant, snowflake
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(240)]
 

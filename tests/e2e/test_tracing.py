@@ -30,15 +30,16 @@ from contracts import (
     result_routing_key,
 )
 from gateway import MessageContext, ToolClient
+from harness.broker import tap_events
+from harness.fake_discord import FakeDiscord
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import Persona, World, participant, tool_call
 from infra import tracing
 from infra.database import database_name
 from infra.settings import Settings
-from tests.support.broker import tap_events
-from tests.support.fake_discord import FakeDiscord
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, SpanKind
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import Persona, World, participant, snowflake, tool_call
 
 SHARD = 9_100  # a shard of this module's own: no other test consumes it
 

@@ -12,12 +12,13 @@ import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import ToolCallCompleted, Topology, amqp_properties, encode_event
+from harness.broker import own_topology, publish_raw, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import World, tool_call
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
-from tests.support.broker import own_topology, publish_raw, tap_events
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import World, snowflake, tool_call
 
 TRUSTED = "ltm-bot-of-the-test"
 

@@ -18,10 +18,11 @@ from contracts import (
     ToolCallCompleted,
     Topology,
 )
-from tests.support.broker import publish_raw, publish_tool_call, tap_events
-from tests.support.processes import LtmProcess
-from tests.support.waiting import eventually
-from tests.support.world import World, participant, snowflake, tool_call
+from harness.broker import publish_raw, publish_tool_call, tap_events
+from harness.processes import LtmProcess
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import World, participant, tool_call
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 

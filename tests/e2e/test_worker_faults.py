@@ -23,19 +23,20 @@ from contracts import (
     ToolCallRequested,
     Topology,
 )
-from infra.settings import Settings
-from tests.e2e.conftest import new_worker
-from tests.support.broker import (
+from harness.broker import (
     EventTap,
     delete_topology,
     publish_tool_call,
     queue_depth,
     tap_events,
 )
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices, database_refused, rabbitmqctl
-from tests.support.waiting import eventually
-from tests.support.world import Persona, World, snowflake, tool_call
+from harness.processes import LtmProcess
+from harness.services import TestServices, database_refused, rabbitmqctl
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import Persona, World, tool_call
+from infra.settings import Settings
+from tests.e2e.conftest import new_worker
 
 
 async def _memories(world: World, persona: Persona, count: int) -> list[int]:

@@ -10,13 +10,14 @@ import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import CacheInvalidate, ToolCallCompleted, Topology, cache_routing_key, encode_event
+from harness.amqp_proxy import BASIC_QOS, AmqpProxy
+from harness.broker import publish_tool_call, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import World, tool_call
 from tests.e2e.conftest import new_worker
-from tests.support.amqp_proxy import BASIC_QOS, AmqpProxy
-from tests.support.broker import publish_tool_call, tap_events
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
-from tests.support.world import World, snowflake, tool_call
 
 _HEARTBEAT_S = 1  # a stalled connection is given up after 6 s
 

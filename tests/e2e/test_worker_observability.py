@@ -15,11 +15,11 @@ import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import Topology
+from harness.broker import EventTap, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.waiting import eventually
 from tests.e2e.conftest import new_worker
-from tests.support.broker import EventTap, tap_events
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 

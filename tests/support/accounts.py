@@ -25,9 +25,9 @@ import pytest
 from pydantic import SecretStr
 
 from contracts import Topology
+from harness.services import rabbitmqctl
 from infra.broker_accounts import Role
 from infra.settings import Settings
-from tests.support.services import rabbitmqctl
 from worker.ops.broker_definitions import print_definitions
 from worker.ops.commands import PrintBrokerDefinitions
 

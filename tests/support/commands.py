@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.services import TestServices
+from harness.services import TestServices
 
 __all__ = ["Finished", "run_ltm", "run_ltm_into_closed_pipe", "run_ltm_into_head"]
 

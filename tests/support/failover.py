@@ -8,11 +8,12 @@ import uuid
 from collections.abc import Sequence
 
 from contracts import ToolCallCompleted, ToolCallRequested
+from harness.broker import EventTap
+from harness.processes import free_port
+from harness.snowflake import snowflake
+from harness.world import Persona, World, tool_call
 from infra.localnodes import RabbitCluster
 from infra.localnodes.configuration import amqp_url
-from tests.support.broker import EventTap
-from tests.support.processes import free_port
-from tests.support.world import Persona, World, snowflake, tool_call
 
 __all__ = [
     "answered",

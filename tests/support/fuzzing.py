@@ -6,9 +6,10 @@ import uuid
 
 from hypothesis import strategies as st
 
+from worker.core.arguments import MAX_MEMORY_ID
+
 __all__ = ["JSON", "MAX_MEMORY_ID", "TRICKY_TEXT", "fresh_id"]
 
-MAX_MEMORY_ID = 2**53 - 1
 # Characters that databases, JSON and Discord treat specially.
 TRICKY_TEXT = ("\x00", "a\x00b", "\ufeff", "\u2028", "\x7f", "\\u0000", "e\u0301", "\U0001f600" * 3)
 

@@ -24,10 +24,10 @@ from typing import IO, Any
 
 from contracts import CacheName
 from gateway import ConsoleSender, Gateway
+from harness.services import TestServices
+from harness.waiting import eventually
 from infra.logs import configure_logging
 from infra.settings import Settings
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
 
 __all__ = ["GatewayReader"]
 

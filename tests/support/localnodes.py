@@ -7,43 +7,26 @@ session (starting three nodes takes ~20 s); tests that break it for good start t
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 
+from harness.localnodes import MachineServices, started_cluster, started_pair
 from infra.localnodes import PostgresPair, RabbitCluster, TlsFiles
 from infra.localnodes.host import new_base_dir, remove_if_empty
-from tests.support.services import DEFAULT_DATABASE_URL, rabbitmqctl
 
 __all__ = [
-    "MachineServices",
     "localnodes_tls",
     "machine_services",
     "postgres_pair",
     "rabbit_cluster",
     "self_signed_tls",
-    "started_cluster",
-    "started_pair",
     "tls_node",
     "tls_postgres",
 ]
-
-
-def _run_prefix() -> str:
-    """Node names of this run (`ltmt1a2b3c1@localhost`): never those of `make cluster` or of
-    another run on the machine."""
-    return f"ltmt{uuid.uuid4().hex[:6]}"
 
 
 def self_signed_tls(folder: Path) -> TlsFiles:
@@ -76,79 +59,6 @@ def self_signed_tls(folder: Path) -> TlsFiles:
 
 def _openssl(*args: str | Path) -> None:
     subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
-
-
-@contextmanager
-def started_cluster(**plan: Any) -> Iterator[RabbitCluster]:
-    """A cluster of our own (`RabbitCluster.plan` arguments) for the block; stopped and its
-    folders removed however the block ends."""
-    cluster = RabbitCluster.plan(**{"prefix": _run_prefix(), **plan})
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-
-
-@contextmanager
-def started_pair(**plan: Any) -> Iterator[PostgresPair]:
-    """A PostgreSQL pair (or, with `standby=False`, one instance) of our own for the block."""
-    pair = PostgresPair.plan(**plan)
-    try:
-        yield pair.start()
-    finally:
-        pair.stop()
-
-
-@dataclass(frozen=True)
-class MachineServices:
-    """Who the machine's own broker and database are: pids and start times, and the members
-    of the broker's cluster. Ours must never change them."""
-
-    rabbit_node: str
-    rabbit_pid: str
-    rabbit_cluster: frozenset[str]
-    postgres_pid: int
-    postgres_started: datetime
-
-    @classmethod
-    def now(cls) -> MachineServices:
-        node = _machine_rabbit_node()
-        status = json.loads(rabbitmqctl("-n", node, "status", "--formatter", "json").stdout)
-        cluster = json.loads(
-            rabbitmqctl("-n", node, "cluster_status", "--formatter", "json").stdout
-        )
-        with psycopg.connect(os.environ.get("LTM_DATABASE_URL", DEFAULT_DATABASE_URL)) as db:
-            row = db.execute("SELECT pg_backend_pid(), pg_postmaster_start_time()").fetchone()
-            assert row is not None
-            backend, started = row
-            postmaster = _parent_pid(int(backend))  # while the backend still exists
-        return cls(
-            rabbit_node=node,
-            rabbit_pid=str(status["pid"]),
-            rabbit_cluster=frozenset(cluster["disk_nodes"]) | frozenset(cluster["running_nodes"]),
-            postgres_pid=postmaster,
-            postgres_started=started,
-        )
-
-
-def _machine_rabbit_node() -> str:
-    """The node the machine's service runs: as its `rabbitmq-env.conf` names it, else
-    RabbitMQ's default, rabbit@<short host name>."""
-    env_conf = Path("/etc/rabbitmq/rabbitmq-env.conf")
-    if env_conf.exists():
-        for line in env_conf.read_text().splitlines():
-            key, _, value = line.strip().partition("=")
-            if key in ("NODENAME", "RABBITMQ_NODENAME") and value:
-                return value.strip("'\"")
-    return "rabbit@" + os.uname().nodename.split(".")[0]
-
-
-def _parent_pid(pid: int) -> int:
-    """A backend's parent: the postmaster (the server is on this machine)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("PPid:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no parent found for pid {pid}")
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from tests.support.waiting import eventually
+from harness.waiting import eventually
 
 __all__ = ["OtlpReceiver", "ReceivedSpan", "SpanKind"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tests.support.world import World
+from harness.world import World
 
 __all__ = ["shape_memory"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_port
+from harness.processes import free_port
 
 SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "local-services.sh"
 INSTALLERS = ("apt-get", "pg_ctlcluster", "rabbitmq-server", "rabbitmqctl", "psql")

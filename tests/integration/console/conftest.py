@@ -17,9 +17,9 @@ from console.app import create_app
 from console.core.sessions import LoginThrottle
 from console.passwords import hash_password
 from contracts import Topology
+from harness.broker import own_topology
+from harness.world import World
 from infra.settings import Settings
-from tests.support.broker import own_topology
-from tests.support.world import World
 
 PASSWORD: Final = "correct horse battery"
 # One hash for the session: Argon2 takes a tenth of a second each time.

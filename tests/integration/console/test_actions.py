@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts import DeadLettersPurged, DeadLettersReplayed, MemoryRestored
+from harness.broker import EventTap, queue_depth, tap_events
+from harness.waiting import eventually
+from harness.world import World
 from tests.integration.console.conftest import Scene
 from tests.integration.ops.seeding import tool_call, worker_dead_letter
-from tests.support.broker import EventTap, queue_depth, tap_events
-from tests.support.waiting import eventually
-from tests.support.world import World
 
 
 @pytest.fixture

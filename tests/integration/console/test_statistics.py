@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from console.adapters.statistics import CallStatistics
+from harness.world import World
 from infra.settings import Settings
-from tests.support.world import World
 from worker.adapters.database import create_engine
 
 

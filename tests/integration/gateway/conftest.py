@@ -28,10 +28,11 @@ from contracts import (
     result_routing_key,
 )
 from gateway import DiscordSender, Gateway, RetryPolicy
+from harness.broker import publish_raw
+from harness.fake_discord import FakeDiscord
+from harness.snowflake import snowflake
+from harness.waiting import eventually
 from infra.settings import Settings
-from tests.support.broker import publish_raw
-from tests.support.fake_discord import FakeDiscord, random_snowflake
-from tests.support.waiting import eventually
 
 # Shards 0 and 1 belong to the two-instance test; every other test takes fresh ones.
 _shards = itertools.count(2)
@@ -149,9 +150,9 @@ def embed_requested(shard_id: int, channel_id: int | None = None, **embed: Any) 
     }
     payload.update(embed)
     return EmbedRequested(
-        tool_call_id=f"call_{random_snowflake()}",
-        guild_id=str(random_snowflake()),
-        channel_id=str(channel_id or random_snowflake()),
+        tool_call_id=f"call_{snowflake()}",
+        guild_id=snowflake(),
+        channel_id=str(channel_id or snowflake()),
         shard_id=shard_id,
         kind="memory_updated",
         embed=EmbedPayload(**payload),
@@ -164,8 +165,8 @@ def tool_call_completed(
     return ToolCallCompleted(
         tool_call_id=tool_call_id,
         tool_name="update_long_term_memory",
-        guild_id=str(random_snowflake()),
-        channel_id=channel_id or str(random_snowflake()),
+        guild_id=snowflake(),
+        channel_id=channel_id or snowflake(),
         shard_id=shard_id,
         success=True,
         status=MemoryStatus.UPDATED,

@@ -13,16 +13,16 @@ import pytest
 
 from contracts import MemoryStatus
 from gateway import DiscordSender, Gateway
+from harness.fake_discord import FakeDiscord
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.waiting import eventually
+from harness.world import World
 from infra.localnodes import RabbitCluster
 from infra.settings import Settings
 from tests.integration.gateway.conftest import FAST_RETRIES
 from tests.support.failover import cluster_env, new_prefix, node_of
 from tests.support.failover import updates_of_new_memories as updates
-from tests.support.fake_discord import FakeDiscord
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
-from tests.support.world import World
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from gateway.database import open_engine
+from harness.localnodes import started_pair
 from infra.settings import Settings
-from tests.support.localnodes import started_pair
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(120)]
 

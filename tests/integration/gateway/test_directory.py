@@ -14,8 +14,8 @@ from hikari.impl import GatewayShardImpl
 from structlog.testing import capture_logs
 
 from gateway import MemberDirectory, attach_directory
+from harness.snowflake import snowflake
 from infra.settings import Settings
-from tests.support.fake_discord import random_snowflake
 
 Row = tuple[str, str | None, str | None, str, bool]
 
@@ -29,7 +29,7 @@ async def directory(settings: Settings) -> AsyncIterator[MemberDirectory]:
 
 @pytest.fixture(scope="module")
 def bot() -> hikari.GatewayBot:
-    bot_id = base64.b64encode(str(random_snowflake()).encode()).decode().rstrip("=")
+    bot_id = base64.b64encode(snowflake().encode()).decode().rstrip("=")
     return hikari.GatewayBot(
         f"{bot_id}.fake.token",
         banner=None,
@@ -131,7 +131,7 @@ async def test_join_update_and_leave_events_keep_the_row_current(
     directory: MemberDirectory,
 ) -> None:
     attach_directory(bot, directory)
-    guild, alice = random_snowflake(), random_snowflake()
+    guild, alice = int(snowflake()), int(snowflake())
     factory = bot.event_factory
 
     joined = member_payload(guild, alice, "alice", nick="Ali", global_name="Alice")
@@ -157,8 +157,8 @@ async def test_a_member_chunk_upserts_its_members(
     shard: GatewayShardImpl,
     directory: MemberDirectory,
 ) -> None:
-    guild = random_snowflake()
-    ids = [random_snowflake() for _ in range(3)]
+    guild = int(snowflake())
+    ids = [int(snowflake()) for _ in range(3)]
     members = [
         member_payload(guild, ids[0], "alice", nick="Ali", global_name="Alice"),
         member_payload(guild, ids[1], "bob", global_name=None),
@@ -182,8 +182,8 @@ async def test_a_complete_member_list_prunes_departed_members(
     shard: GatewayShardImpl,
     directory: MemberDirectory,
 ) -> None:
-    guild = random_snowflake()
-    stale, alice, bob, carol = (random_snowflake() for _ in range(4))
+    guild = int(snowflake())
+    stale, alice, bob, carol = (int(snowflake()) for _ in range(4))
     factory = bot.event_factory
     entity = bot.entity_factory
     await directory.upsert_members(
@@ -215,7 +215,7 @@ async def test_a_chunk_does_not_bring_back_a_member_who_just_left(
     shard: GatewayShardImpl,
     directory: MemberDirectory,
 ) -> None:
-    guild, alice, bob = random_snowflake(), random_snowflake(), random_snowflake()
+    guild, alice, bob = int(snowflake()), int(snowflake()), int(snowflake())
     factory = bot.event_factory
     left = {"guild_id": str(guild), "user": user_payload(bob, "bob", None)}
     await directory.on_member_delete(factory.deserialize_guild_member_remove_event(shard, left))
@@ -231,7 +231,7 @@ async def test_a_chunk_does_not_bring_back_a_member_who_just_left(
 async def test_a_server_row_deleted_meanwhile_is_created_again(
     settings: Settings, bot: hikari.GatewayBot, directory: MemberDirectory
 ) -> None:
-    guild, alice = random_snowflake(), random_snowflake()
+    guild, alice = int(snowflake()), int(snowflake())
     member = bot.entity_factory.deserialize_member(member_payload(guild, alice, "alice"))
     await directory.upsert_member(member)
     async with await psycopg.AsyncConnection.connect(settings.database_url) as connection:
@@ -248,7 +248,7 @@ async def test_a_failed_write_is_logged_not_raised_into_hikari(
     broken = MemberDirectory.from_settings(
         settings.model_copy(update={"database_url": "postgresql://nobody@127.0.0.1:1/none"})
     )
-    guild, alice = random_snowflake(), random_snowflake()
+    guild, alice = int(snowflake()), int(snowflake())
     event = bot.event_factory.deserialize_guild_member_add_event(
         shard, member_payload(guild, alice, "alice")
     )

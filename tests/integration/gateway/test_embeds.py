@@ -11,6 +11,8 @@ from structlog.testing import capture_logs
 
 from contracts import CREATE_COLOR, EmbedRequested, Topology, embed_routing_key
 from gateway import RetryPolicy
+from harness.broker import publish_raw, queue_depth
+from harness.fake_discord import FakeDiscord, Reply
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
     GatewayFactory,
@@ -20,8 +22,6 @@ from tests.integration.gateway.conftest import (
     publish_embed,
     until,
 )
-from tests.support.broker import publish_raw, queue_depth
-from tests.support.fake_discord import FakeDiscord, Reply
 
 
 async def test_an_embed_is_posted_once_with_its_content(

@@ -16,10 +16,10 @@ from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from contracts import Topology
 from gateway import ConsoleSender, Gateway
+from harness import services as support
+from harness.waiting import eventually
 from infra.settings import Settings
 from tests.integration.gateway.conftest import SHARD_COUNT, fresh_shard
-from tests.support import services as support
-from tests.support.waiting import eventually
 
 
 @pytest.fixture

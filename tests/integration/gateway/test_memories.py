@@ -18,12 +18,13 @@ from contracts import (
     cache_routing_key,
 )
 from gateway import GatewayCaches, MemoryReader
+from harness.amqp_proxy import AmqpProxy
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import World
 from infra.settings import Settings
 from tests.integration.gateway.conftest import GatewayFactory, fresh_shard, publish, until
-from tests.support.amqp_proxy import AmqpProxy
 from tests.support.read_back import shape_memory
-from tests.support.waiting import eventually
-from tests.support.world import World, snowflake
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 

@@ -17,6 +17,12 @@ from pydantic import SecretStr
 
 from contracts import CacheInvalidate, Topology, cache_routing_key
 from gateway import ConsoleSender, Gateway, run_gateway
+from harness import services as support
+from harness.broker import queue_depth
+from harness.fake_discord import FakeDiscord, Reply
+from harness.processes import LtmProcess
+from harness.snowflake import snowflake
+from harness.waiting import eventually
 from infra.metrics import MetricsPortInUse
 from infra.settings import Settings
 from infra.topology import declare_shard_queue
@@ -33,11 +39,6 @@ from tests.integration.gateway.conftest import (
     tool_call_completed,
     until,
 )
-from tests.support import services as support
-from tests.support.broker import queue_depth
-from tests.support.fake_discord import FakeDiscord, Reply, random_snowflake
-from tests.support.processes import LtmProcess
-from tests.support.waiting import eventually
 
 
 async def test_console_mode_prints_embeds_without_a_token(
@@ -108,7 +109,7 @@ async def test_sigterm_stops_after_in_flight_deliveries_finish(
 
 def _plausible_token() -> str:
     """GatewayBot checks that a token's first part is the base64 of a bot id."""
-    bot_id = base64.b64encode(str(random_snowflake()).encode()).decode().rstrip("=")
+    bot_id = base64.b64encode(snowflake().encode()).decode().rstrip("=")
     return f"{bot_id}.fake.token"
 
 
@@ -160,7 +161,7 @@ async def test_the_gateway_recovers_when_the_broker_drops_its_connection(
         await publish_embed(channel, topology, after)
         await handled(gateway, after, what="after reconnect")
         # The cache queue was declared again (exclusive queues die with their connection).
-        key = str(random_snowflake())
+        key = snowflake()
         gateway.caches.user.set(key, "cached")
         await publish(
             channel,
@@ -213,8 +214,8 @@ async def test_a_gateway_process_serves_its_metrics(
     shard = fresh_shard()
     posted, forbidden = embed_requested(shard), embed_requested(shard)
     fake_discord.always(forbidden.channel_id, Reply.forbidden())
-    result = tool_call_completed(f"call_{random_snowflake()}", shard)
-    invalidation = CacheInvalidate(cache="user", key=str(random_snowflake()))
+    result = tool_call_completed(f"call_{snowflake()}", shard)
+    invalidation = CacheInvalidate(cache="user", key=snowflake())
     args = ("gateway", "--shards", str(shard), "--shard-count", str(SHARD_COUNT))
     env = {"DISCORD_TOKEN": "fake-token-process", "DISCORD_API_URL": fake_discord.url}
     expected = {

@@ -11,6 +11,9 @@ from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from contracts import CacheInvalidate, CacheName, Topology, cache_routing_key
 from gateway import ConsoleSender, Gateway
+from harness.fake_discord import FakeDiscord
+from harness.snowflake import snowflake
+from harness.waiting import eventually
 from infra.settings import Settings
 from tests.integration.gateway.conftest import (
     SHARD_COUNT,
@@ -23,8 +26,6 @@ from tests.integration.gateway.conftest import (
     tool_call_completed,
     until,
 )
-from tests.support.fake_discord import FakeDiscord, random_snowflake
-from tests.support.waiting import eventually
 
 
 async def test_each_instance_gets_only_its_own_shard(
@@ -39,7 +40,7 @@ async def test_each_instance_gets_only_its_own_shard(
     ):
         embeds = {shard: [embed_requested(shard) for _ in range(3)] for shard in (0, 1)}
         results = {
-            shard: [tool_call_completed(f"call_{random_snowflake()}", shard) for _ in range(3)]
+            shard: [tool_call_completed(f"call_{snowflake()}", shard) for _ in range(3)]
             for shard in (0, 1)
         }
         for shard in (0, 1):
@@ -84,7 +85,7 @@ async def test_every_instance_drops_the_invalidated_entry(
     channel: AbstractChannel,
     topology: Topology,
 ) -> None:
-    guild, other_guild, user = (str(random_snowflake()) for _ in range(3))
+    guild, other_guild, user = (snowflake() for _ in range(3))
     async with (
         start_gateway(shards=(fresh_shard(),)) as a,
         start_gateway(shards=(fresh_shard(),)) as b,
@@ -102,7 +103,7 @@ async def test_every_instance_drops_the_invalidated_entry(
             ("user", user),
         )
         for cache, key in invalidations:
-            event = CacheInvalidate(cache=cache, key=key, tool_call_id=f"call_{random_snowflake()}")
+            event = CacheInvalidate(cache=cache, key=key, tool_call_id=f"call_{snowflake()}")
             await publish(
                 channel, topology, event, cache_routing_key(cache, key), expiration_s=None
             )

@@ -19,6 +19,8 @@ from contracts import (
     decode_tool_call,
 )
 from gateway import TIMEOUT_STATUS, UNAVAILABLE_STATUS, Gateway, MessageContext
+from harness.amqp_proxy import AmqpProxy
+from harness.snowflake import snowflake
 from infra.settings import Settings
 from tests.integration.gateway.conftest import (
     GatewayFactory,
@@ -27,8 +29,6 @@ from tests.integration.gateway.conftest import (
     publish_result,
     tool_call_completed,
 )
-from tests.support.amqp_proxy import AmqpProxy
-from tests.support.fake_discord import random_snowflake
 
 
 @pytest.fixture
@@ -46,12 +46,12 @@ async def requests_queue(
 
 
 def context(shard: int) -> MessageContext:
-    alice = random_snowflake()
+    alice = snowflake()
     return MessageContext(
-        guild_id=random_snowflake(),
-        channel_id=random_snowflake(),
+        guild_id=snowflake(),
+        channel_id=snowflake(),
         triggerer_id=alice,
-        bot_user_id=random_snowflake(),
+        bot_user_id=snowflake(),
         persona_id=7,
         shard_id=shard,
         participants=(
@@ -100,7 +100,7 @@ async def test_a_call_is_published_and_answered_with_its_result(
     requests_queue: AbstractQueue,
 ) -> None:
     shard = fresh_shard()
-    tool_call_id = f"call_{random_snowflake()}"
+    tool_call_id = f"call_{snowflake()}"
     message_context = context(shard)
     async with start_gateway(shards=(shard,)) as gateway:
         call, message = await start_call(
@@ -150,7 +150,7 @@ async def test_arguments_given_as_a_dict_travel_unchanged(
     requests_queue: AbstractQueue,
 ) -> None:
     shard = fresh_shard()
-    tool_call_id = f"call_{random_snowflake()}"
+    tool_call_id = f"call_{snowflake()}"
     arguments = {"action": "delete", "memory_id": 12, "scope": "target_user"}
     async with start_gateway(shards=(shard,)) as gateway:
         call, message = await start_call(
@@ -168,7 +168,7 @@ async def test_no_answer_in_time_gives_the_llm_a_clear_timeout(
     requests_queue: AbstractQueue,
 ) -> None:
     shard = fresh_shard()
-    tool_call_id = f"call_{random_snowflake()}"
+    tool_call_id = f"call_{snowflake()}"
     async with start_gateway(shards=(shard,)) as gateway:
         answer = await gateway.tool_client.call(
             tool_call_id, UPDATE_LONG_TERM_MEMORY, {}, context(shard), timeout_s=0.3
@@ -200,7 +200,7 @@ async def test_calls_waiting_when_the_gateway_stops_are_answered(
     requests_queue: AbstractQueue,
 ) -> None:
     shard = fresh_shard()
-    tool_call_id = f"call_{random_snowflake()}"
+    tool_call_id = f"call_{snowflake()}"
     async with start_gateway(shards=(shard,)) as gateway:
         call, _ = await start_call(
             gateway, requests_queue, tool_call_id, context(shard), timeout_s=30
@@ -216,7 +216,7 @@ async def test_a_call_made_before_the_shards_are_known_is_answered_once_they_are
     requests_queue: AbstractQueue,
 ) -> None:
     shard = fresh_shard()
-    tool_call_id = f"call_{random_snowflake()}"
+    tool_call_id = f"call_{snowflake()}"
     async with start_gateway(shards=()) as gateway:  # a bot whose shards are not up yet
         assert gateway.tool_client.shards is None
         call, _ = await start_call(gateway, requests_queue, tool_call_id, context(shard))

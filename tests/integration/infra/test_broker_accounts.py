@@ -14,6 +14,7 @@ import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 from contracts import Topology, result_routing_key
+from harness.services import rabbitmqctl
 from infra.broker_accounts import HASHING_ALGORITHM, Role
 from infra.settings import Settings
 from infra.topology import (
@@ -24,7 +25,6 @@ from infra.topology import (
     ensure_topology,
 )
 from tests.support.accounts import BrokerAccounts, broker_accounts
-from tests.support.services import rabbitmqctl
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import aio_pika
 import aiormq
 import pytest
 
+from harness.processes import free_port
+from harness.services import TestServices
 from infra import amqp
 from infra.localnodes import RabbitCluster, TlsFiles
 from infra.settings import Settings
 from tests.support.commands import run_ltm
-from tests.support.processes import free_port
-from tests.support.services import TestServices
 
 
 def _dead(settings: Settings) -> str:

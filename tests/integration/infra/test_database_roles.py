@@ -13,12 +13,12 @@ import pytest
 
 from gateway import GatewayCaches, MemberDirectory
 from gateway.memories import MemoryReader
+from harness.snowflake import snowflake
+from harness.world import World
 from infra.database_roles import GRANTS, ROLES, SEQUENCE_GRANTS, TABLES
 from infra.settings import Settings
 from ltm.main import main
 from tests.support.database_roles import LoginRoles, login_roles
-from tests.support.fake_discord import random_snowflake
-from tests.support.world import World
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ async def test_a_gateway_login_keeps_the_directory_and_reads_memories(
     assert [memory.memory_id for memory in listing.server] == [memory_id]
 
     directory = MemberDirectory.from_settings(as_gateway)
-    guild = random_snowflake()  # a server the directory has to create
+    guild = int(snowflake())  # a server the directory has to create
     try:
         assert await directory.upsert_members(guild, [_member(guild, "alice")]) == 1
         assert await directory.keep_only(guild, []) == 1
@@ -144,9 +144,9 @@ async def test_a_gateway_login_keeps_the_directory_and_reads_memories(
 
 
 def _member(guild_id: int, username: str) -> hikari.Member:
-    token = base64.b64encode(str(random_snowflake()).encode()).decode().rstrip("=")
+    token = base64.b64encode(snowflake().encode()).decode().rstrip("=")
     bot = hikari.GatewayBot(f"{token}.fake.token", banner=None, logs=None)
-    user_id = random_snowflake()
+    user_id = int(snowflake())
     return bot.entity_factory.deserialize_member(
         {
             "user": {"id": str(user_id), "username": username, "discriminator": "0",

@@ -12,11 +12,11 @@ import orjson
 import pytest
 
 from contracts import TOOL_NAMES, MemoryStatus, ToolCallRequested
+from harness.services import TestServices, own_database
+from harness.world import World
 from infra.run_local import load_demo
 from infra.settings import Settings
 from tests.integration.worker.checks import Pipeline
-from tests.support.services import TestServices, own_database
-from tests.support.world import World
 from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 from worker.usecases.tool_call import complete_envelope

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.services import TestServices
 from infra.database import drop_database, with_database_name
 from ltm.main import main
-from tests.support.services import TestServices
 
 
 def test_migrate_says_whether_it_created_the_database(

@@ -11,11 +11,11 @@ import aio_pika
 import pytest
 
 from contracts import Topology
+from harness.broker import delete_topology
 from infra import amqp
 from infra.localnodes import RabbitCluster
 from infra.settings import Settings
 from infra.topology import ReplicasMismatch, declare_shard_queue, declare_topology
-from tests.support.broker import delete_topology
 
 
 def _members(cluster: RabbitCluster, prefix: str) -> dict[str, set[str]]:

@@ -13,8 +13,8 @@ import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from contracts import Topology
+from harness.broker import own_topology
 from infra.settings import Settings
-from tests.support.broker import own_topology
 
 
 @pytest.fixture

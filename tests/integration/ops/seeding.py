@@ -18,8 +18,8 @@ from contracts import (
     audit_routing_key,
     encode_event,
 )
-from tests.support.broker import publish_raw, queue_depth
-from tests.support.waiting import eventually
+from harness.broker import publish_raw, queue_depth
+from harness.waiting import eventually
 from worker.adapters.broker import ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [

@@ -20,9 +20,9 @@ from contracts import (
     encode_event,
     utc_now,
 )
+from harness.waiting import eventually
 from infra.settings import Settings
 from tests.integration.ops.seeding import memory_updated, publish_event
-from tests.support.waiting import eventually
 from worker.ops.audit_tail import tail_audit
 from worker.ops.commands import TailAudit
 from worker.ops.output import shown_time

@@ -26,10 +26,10 @@ from contracts import (
     encode_event,
     result_routing_key,
 )
+from harness.broker import queue_depth
 from infra import tracing
 from infra.settings import Settings
 from tests.integration.ops.seeding import tool_call
-from tests.support.broker import queue_depth
 from worker.ops.call import call_and_print
 from worker.ops.commands import CallTool
 

@@ -12,14 +12,14 @@ import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 from contracts import UPDATE_LONG_TERM_MEMORY, ToolCallRequested, Topology
+from harness.broker import queue_depth
+from harness.waiting import eventually
 from infra.settings import Settings
 from tests.integration.ops.seeding import (
     broker_dead_letter,
     tool_call,
     worker_dead_letter,
 )
-from tests.support.broker import queue_depth
-from tests.support.waiting import eventually
 from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
 from worker.ops.dead_letters import list_dead_letters, purge_dead_letters, replay_dead_letters
 from worker.usecases.dead_letter_queue import (

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_port
+from harness.processes import free_port
+from harness.services import TestServices
+from harness.snowflake import snowflake
+from harness.world import World
 from tests.support.read_back import shape_memory
-from tests.support.services import TestServices
-from tests.support.world import World, snowflake
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 CREATED = datetime(2026, 11, 30, 18, 30, 5, tzinfo=UTC)

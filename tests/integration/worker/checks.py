@@ -21,7 +21,7 @@ from contracts import (
     ToolCallRequested,
     decode_event,
 )
-from tests.support.world import Persona, Server, World, participant, tool_call
+from harness.world import Persona, Server, World, participant, tool_call
 from worker.adapters.memory_store import MemoryStore
 from worker.service import Processed, process_tool_calls
 from worker.tools.base import DEFAULT_MEMORY_LIMIT

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from harness.world import World
 from infra.settings import Settings
 from tests.integration.worker.checks import Pipeline
-from tests.support.world import World
 from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 

@@ -6,8 +6,8 @@ import asyncio
 import uuid
 
 from contracts import MemoryStatus, ToolCallRequested
+from harness.world import participant
 from tests.integration.worker.checks import Pipeline
-from tests.support.world import participant
 from worker.batching import CallBatcher
 from worker.service import Processed
 

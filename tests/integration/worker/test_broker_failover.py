@@ -11,15 +11,15 @@ import aio_pika
 import pytest
 
 from contracts import MemoryStatus, ToolCallCompleted, Topology
+from harness.broker import publish_tool_call, tap_events
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.waiting import eventually
+from harness.world import World
 from infra.localnodes import RabbitCluster
 from infra.settings import Settings
-from tests.support.broker import publish_tool_call, tap_events
 from tests.support.failover import answered, cluster_env, new_prefix, node_of
 from tests.support.failover import updates_of_new_memories as updates
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
-from tests.support.world import World
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts import ToolCallCompleted
+from harness.broker import own_topology, publish_tool_call, tap_events
+from harness.snowflake import snowflake
+from harness.waiting import eventually
+from harness.world import World, tool_call
 from infra.settings import Settings
-from tests.support.broker import own_topology, publish_tool_call, tap_events
-from tests.support.waiting import eventually
-from tests.support.world import World, snowflake, tool_call
 from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.outbox import OutboxStore

@@ -20,6 +20,8 @@ from contracts import (
     Participant,
     decode_event,
 )
+from harness.snowflake import snowflake
+from harness.world import participant
 from tests.integration.worker.checks import (
     Pipeline,
     Scene,
@@ -28,7 +30,6 @@ from tests.integration.worker.checks import (
     assert_success_events,
     single_revision,
 )
-from tests.support.world import participant, snowflake
 from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 

@@ -13,16 +13,16 @@ import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import MemoryStatus, ToolCallCompleted, ToolCallRequested, Topology
+from harness.broker import publish_tool_call, tap_events
+from harness.localnodes import started_pair
+from harness.processes import LtmProcess
+from harness.services import TestServices
+from harness.world import World
 from infra.database import migrate
 from infra.localnodes import PostgresPair
 from infra.settings import Settings
-from tests.support.broker import publish_tool_call, tap_events
 from tests.support.failover import answered, new_prefix
 from tests.support.failover import updates_of_new_memories as updates
-from tests.support.localnodes import started_pair
-from tests.support.processes import LtmProcess
-from tests.support.services import TestServices
-from tests.support.world import World
 from worker.runtime import is_transient
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from contracts import MemoryStatus, ToolCallRequested
+from harness.snowflake import snowflake
+from harness.world import participant, tool_call
 from tests.integration.worker.checks import (
     MAX_MEMORY_LENGTH,
     REPLY_TTL_MS,
@@ -23,7 +25,6 @@ from tests.integration.worker.checks import (
     assert_success_events,
     single_revision,
 )
-from tests.support.world import participant, snowflake, tool_call
 from worker.service import Processed, process_tool_calls
 
 RESTRICTED = "teacher_or_manager"

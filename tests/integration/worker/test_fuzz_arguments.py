@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from contracts import MemoryStatus, decode_tool_call, encode_event
+from harness.world import participant
 from tests.integration.worker.checks import Pipeline, Scene
 from tests.support.fuzzing import JSON, MAX_MEMORY_ID, TRICKY_TEXT, fresh_id
-from tests.support.world import participant
 
 BOT_USER_ID = "100000000000000001"
 

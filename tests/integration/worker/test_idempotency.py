@@ -11,8 +11,9 @@ from typing import Any, Literal
 import pytest
 
 from contracts import MemoryStatus, ToolCallRequested
+from harness.snowflake import snowflake
+from harness.world import participant
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
-from tests.support.world import participant, snowflake
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
 from worker.core.idempotency import call_fingerprint

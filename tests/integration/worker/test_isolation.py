@@ -7,8 +7,8 @@ from typing import Literal
 import pytest
 
 from contracts import MemoryStatus, Participant
+from harness.world import participant
 from tests.integration.worker.checks import Pipeline, Scene, assert_failure
-from tests.support.world import participant
 from worker.core import messages
 
 NEVER_ISSUED = 2**53 - 1  # a valid id the shared sequence will not reach in a test run

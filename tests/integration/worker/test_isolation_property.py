@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from contracts import MemoryStatus, Participant
+from harness.world import Persona, Server, participant, tool_call
 from tests.integration.worker.checks import Pipeline
 from tests.support.fuzzing import fresh_id
-from tests.support.world import Persona, Server, participant, tool_call
 
 NEVER_ISSUED = 2**53 - 1  # a valid id the shared sequence does not reach in a test run
 BOT_USER_ID = "100000000000000001"

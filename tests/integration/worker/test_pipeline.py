@@ -7,6 +7,8 @@ from typing import Any, Literal
 import pytest
 
 from contracts import EmbedRequested, MemoryStatus, Participant, decode_event
+from harness.snowflake import snowflake
+from harness.world import participant
 from tests.integration.worker.checks import (
     Pipeline,
     Scene,
@@ -15,7 +17,6 @@ from tests.integration.worker.checks import (
     assert_success_events,
     single_revision,
 )
-from tests.support.world import participant, snowflake
 
 Where = Literal["guild", "dm"]
 Action = Literal["update", "delete"]

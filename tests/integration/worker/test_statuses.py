@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 
 from contracts import MemoryStatus, Participant
+from harness.snowflake import snowflake
+from harness.world import participant
 from tests.integration.worker.checks import (
     Pipeline,
     assert_failure,
     assert_result,
     single_revision,
 )
-from tests.support.world import participant, snowflake
 
 BOT_ID = "100000000000000001"  # tool_call's default bot_user_id
 

@@ -7,17 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.chaos import (
-    SAVE_OUTCOMES,
-    ChaosReport,
-    Memory,
-    PlannedCall,
-    ScopeRef,
-    User,
-    World,
-    check_scopes,
-    unexpected_log_lines,
-)
+from bench.chaos.checks import check_scopes, unexpected_log_lines
+from bench.chaos.plan import SAVE_OUTCOMES, PlannedCall
+from bench.chaos.report import ChaosReport
+from bench.chaos.world import ChaosWorld, Memory, ScopeRef, User
 from contracts import MemoryStatus, ResultData, ToolCallCompleted, ToolCallRequested
 from tests.unit.worker.given import context
 from worker.tools.base import answer
@@ -58,11 +51,11 @@ def test_other_errors_and_lines_that_are_not_json_are_reported(tmp_path: Path) -
     ]
 
 
-def _world() -> World:
+def _world() -> ChaosWorld:
     owner = User(user_id=5, disc_id="100000000000000005", name="Chaos5", privacy=0)
     seeded = Memory(1, "server_wide", "seeded", 7, server_id=3)
     personal = Memory(2, "target_user", "global fact", 0, owner=owner)
-    return World(places=[], users=[owner], memories={1: seeded, 2: personal}, server_limit=3)
+    return ChaosWorld(places=[], users=[owner], memories={1: seeded, 2: personal}, server_limit=3)
 
 
 def _creation(n: int, text: str, scope: ScopeRef = ("server_wide", 3, 7)) -> PlannedCall:
@@ -144,3 +137,12 @@ def test_refusals_must_name_what_they_refuse_for() -> None:
         report,
     )
     assert [error.split(":")[0] for error in report.scope_errors] == ["chaos-3", "chaos-4"]
+
+
+def test_errors_a_run_names_as_its_own_faults_are_not_reported(tmp_path: Path) -> None:
+    log = tmp_path / "gateway0-1.log"
+    log.write_text(_line("error", "Callback <OneShotCallback: cb=... error: closed") + "\n")
+    assert unexpected_log_lines([log], also=("Callback <OneShotCallback",)) == []
+    assert unexpected_log_lines([log]) == [
+        "gateway0-1.log: Callback <OneShotCallback: cb=... error: closed"
+    ]

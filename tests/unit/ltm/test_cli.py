@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import free_port
 from ltm.arguments import build_parser
 from ltm.main import main
-from tests.support.processes import free_port
 
 
 @pytest.fixture(autouse=True)

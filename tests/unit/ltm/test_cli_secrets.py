@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import free_port
 from ltm.main import main
-from tests.support.processes import free_port
 
 
 def test_bad_settings_are_one_line_and_exit_2(

@@ -7,7 +7,7 @@ import contextvars
 
 import pytest
 
-from tests.support.waiting import eventually
+from harness.waiting import eventually
 from worker.batching import CallBatcher, GroupCommit
 
 

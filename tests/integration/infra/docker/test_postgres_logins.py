@@ -13,9 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from harness.localnodes import MachineServices, started_pair
 from infra.localnodes import PostgresPair
 from ltm.main import main
-from tests.support.localnodes import MachineServices, started_pair
 
 pytestmark = pytest.mark.localnodes
 

@@ -15,9 +15,9 @@ import aio_pika
 import psycopg
 import pytest
 
+from harness.localnodes import MachineServices
 from infra.localnodes.host import new_base_dir, run
 from infra.localnodes.readings import epmd_names
-from tests.support.localnodes import MachineServices
 
 pytestmark = pytest.mark.localnodes
 

@@ -17,9 +17,9 @@ import aio_pika
 import pytest
 from aio_pika.abc import AbstractConnection
 
+from harness.localnodes import started_cluster
+from harness.waiting import eventually
 from infra.localnodes import LocalNodeError, RabbitCluster, TlsFiles
-from tests.support.localnodes import started_cluster
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.localnodes
 

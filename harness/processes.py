@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from tests.support.services import TestServices
-from tests.support.waiting import eventually
+from harness.services import TestServices
+from harness.waiting import eventually
 
 __all__ = ["LtmProcess", "free_port"]
 
@@ -56,7 +56,7 @@ class LtmProcess:
         self._reader: int | None = None
         self._printed = bytearray()
         command = [sys.executable, "-m", self.module, *self.args]
-        cwd = Path(__file__).resolve().parents[2]
+        cwd = Path(__file__).resolve().parents[1]
         if not self.piped:
             self.process = subprocess.Popen(
                 command, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd

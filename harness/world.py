@@ -10,7 +10,7 @@ import asyncio
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg.rows import dict_row
@@ -21,13 +21,12 @@ from contracts import (
     ToolCallContext,
     ToolCallRequested,
 )
+from harness.snowflake import snowflake
 
-__all__ = ["Persona", "Server", "World", "participant", "snowflake", "tool_call"]
+__all__ = ["BOT_USER_ID", "Persona", "Server", "World", "participant", "tool_call"]
 
-
-def snowflake() -> str:
-    """A Discord-shaped id (18 or 19 digits)."""
-    return str(random.randint(10**17, 2**63 - 1))
+# The bot's own Discord id in the calls of a run (a guild member, as a bot, where seeded so).
+BOT_USER_ID: Final = "100000000000000001"
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def tool_call(
     triggerer_id: str,
     participants: tuple[Participant, ...] = (),
     channel_id: str | None = None,
-    bot_user_id: str = "100000000000000001",
+    bot_user_id: str = BOT_USER_ID,
     shard_id: int = 0,
     tool_call_id: str | None = None,
     persona_id: int | None = None,
@@ -253,6 +252,18 @@ class World:
             persona.server.server_id,
             persona.persona_id,
             persona.lineage if lineage is None else lineage,
+            content,
+        )
+        return int(rows[0]["server_memory_id"])
+
+    async def server_memory_of_lineage(self, server: Server, lineage: int, content: str) -> int:
+        """A server memory of no persona here, under `lineage`: one a persona of another
+        lineage must not reach."""
+        rows = await self.execute(
+            "INSERT INTO server_memories (server_id, persona_id, persona_lineage_id, content)"
+            " VALUES (%s, NULL, %s, %s) RETURNING server_memory_id",
+            server.server_id,
+            lineage,
             content,
         )
         return int(rows[0]["server_memory_id"])

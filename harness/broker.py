@@ -12,9 +12,9 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from contracts import Event, Topology, amqp_properties, decode_event, encode_event
+from harness.waiting import eventually
 from infra.settings import Settings
 from infra.topology import declare_topology
-from tests.support.waiting import eventually
 
 __all__ = [
     "Delivery",

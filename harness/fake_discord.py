@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import random
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -25,15 +24,9 @@ from typing import Any, Self
 
 from aiohttp import web
 
-__all__ = ["FakeDiscord", "RecordedRequest", "Reply", "random_snowflake"]
+from harness.snowflake import snowflake
 
-_DISCORD_EPOCH_MS = 1_420_070_400_000
-
-
-def random_snowflake() -> int:
-    """A plausible, random Discord id (timestamp of now, random low bits)."""
-    now_ms = int(time.time() * 1000) - _DISCORD_EPOCH_MS
-    return (now_ms << 22) | random.getrandbits(22)
+__all__ = ["FakeDiscord", "RecordedRequest", "Reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +98,7 @@ class FakeDiscord:
 
     def __init__(self) -> None:
         self.bot_user: dict[str, Any] = {
-            "id": str(random_snowflake()),
+            "id": snowflake(),
             "username": "tomori",
             "global_name": "Tomori",
             "discriminator": "0",
@@ -117,7 +110,7 @@ class FakeDiscord:
         self.arrived: list[str] = []  # channel ids of message POSTs, as they arrive
         self.messages: list[dict[str, Any]] = []
         self._scripts: dict[str, _ChannelScript] = {}
-        self._ids = itertools.count(random_snowflake())
+        self._ids = itertools.count(int(snowflake()))
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
 

@@ -24,6 +24,8 @@ from psycopg import sql
 from infra.database import drop_database, migrate, with_database_name
 
 __all__ = [
+    "DEFAULT_AMQP_URL",
+    "DEFAULT_DATABASE_URL",
     "TestServices",
     "connection_pids",
     "database_refused",
@@ -31,6 +33,7 @@ __all__ = [
     "rabbitmqctl",
     "refuse_connections",
     "test_services",
+    "with_vhost",
 ]
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -96,7 +99,8 @@ def connection_pids(vhost: str, name: str) -> list[str]:
     ]
 
 
-def _with_vhost(url: str, vhost: str) -> str:
+def with_vhost(url: str, vhost: str) -> str:
+    """`url` with `vhost` as its virtual host."""
     parts = urllib.parse.urlsplit(url)
     return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(vhost, safe="")))
 
@@ -137,7 +141,7 @@ def test_services() -> Iterator[TestServices]:
             rabbitmqctl("add_vhost", vhost)
             stack.callback(rabbitmqctl, "delete_vhost", vhost)
             rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-            amqp_url = _with_vhost(base_amqp, vhost)
+            amqp_url = with_vhost(base_amqp, vhost)
         yield TestServices(
             run_id=run_id,
             database_url=database_url,
