@@ -9,6 +9,7 @@ process publishes at a fixed rate and takes both timestamps itself, publish to r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import orjson
 from aio_pika.abc import AbstractConnection
 
 from bench.amqp import CallPublisher, OutgoingCall, ResultCounter, Tally, outgoing_call
+from bench.cpu import CpuMeter, CpuSplit
 from bench.machine import Settled, settle
 from bench.processes import Child
 from bench.services import BenchServices
@@ -80,6 +82,7 @@ class RunFigure:
     publish_rate: float | None
     statuses: dict[str, int]
     capped: bool  # stopped after `max_run_seconds` with calls still queued
+    cpu: CpuSplit | None = None  # where the CPU went, when the run was metered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +93,7 @@ class RunFigure:
             "failures": self.failures,
             "publish_rate": None if self.publish_rate is None else round(self.publish_rate, 1),
             "statuses": self.statuses,
+            **({} if self.cpu is None else {"cpu": self.cpu.as_dict()}),
         }
 
 
@@ -168,13 +172,15 @@ async def throughput_run(
     consumer: Child | None = None,
     prepublished: bool = False,
     database_url: str | None = None,
+    meter: CpuMeter | None = None,
 ) -> RunFigure:
     """Sustained answered calls per second of whatever consumes the worker queue now.
 
     The publisher is a separate process. With `prepublished`, every call is in the queue
     before `consumer` (not yet started) is started; otherwise the publisher runs while the
     consumer (already running) answers. `database_url`: the consumer's database, when it is
-    not the bench's own.
+    not the bench's own. `meter`: samples the CPU from the first result seen to the last, so
+    that the split covers the sustained part of the run only.
     """
     await reset_calls(database_url or bench.services.database_url)
     if not prepublished:
@@ -204,15 +210,22 @@ async def throughput_run(
         consumer.start()
     deadline = time.monotonic() + timeout
     capped = False
+    metering = False
     while not tally.done.is_set():
         if consumer is not None:
             consumer.check_alive()
         if time.monotonic() > deadline:
             raise RuntimeError(f"{run}: {tally.count} of {calls} results within {timeout}s")
+        if meter is not None and not metering and tally.first is not None:
+            meter.begin(tally.count)
+            metering = True
         if tally.first is not None and time.perf_counter() - tally.first > bench.max_run_seconds:
             capped = True
             break
-        await asyncio.sleep(0.1)
+        # Woken by the last result at once: a metered run ends on it, not up to 0.1 s later.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tally.done.wait(), 0.1)
+    cpu = meter.end(tally.count) if meter is not None and metering else None
     publish_rate: float | None = None
     if capped:
         # Enough for a sustained rate; the rest of the calls would only make the bench long.
@@ -234,6 +247,7 @@ async def throughput_run(
         publish_rate=publish_rate,
         statuses=dict(tally.statuses),
         capped=capped,
+        cpu=cpu,
     )
 
 
