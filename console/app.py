@@ -30,7 +30,6 @@ from console.security import (
     services_unavailable,
 )
 from console.state import STATE, Console, Notice
-from contracts import Topology
 from infra.logs import get_logger
 from infra.settings import Settings
 from worker.adapters.database import create_engine
@@ -71,7 +70,7 @@ def password_hash_of(settings: Settings) -> str:
 def create_app(settings: Settings, *, throttle: LoginThrottle | None = None) -> web.Application:
     """Raises `ConsoleNotConfigured` without a usable `LTM_CONSOLE_PASSWORD_HASH`."""
     password_hash = password_hash_of(settings)
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     engine = create_engine(settings.sqlalchemy_url, pool_size=POOL_SIZE)
     broker = BrokerLink(settings, topology)
     console = Console(

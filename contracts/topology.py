@@ -65,6 +65,10 @@ def audit_routing_key(action: str, scope: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Topology:
     prefix: str = DEFAULT_PREFIX
+    # Replicas of each quorum queue and of the audit stream on a cluster (`LTM_AMQP_REPLICAS`);
+    # None: no argument, the broker's default. Part of the queues' arguments, so the same in
+    # every process of a deployment.
+    replicas: int | None = None
 
     @property
     def tool_calls_exchange(self) -> str:
@@ -117,23 +121,31 @@ def worker_queue_arguments(topology: Topology) -> dict[str, Any]:
         "x-dead-letter-strategy": "at-least-once",
         "x-overflow": "reject-publish",
         "x-delivery-limit": 5,
+        **_quorum_replicas(topology.replicas),
     }
 
 
-def dead_letter_queue_arguments() -> dict[str, Any]:
-    return {"x-queue-type": "quorum"}
+def dead_letter_queue_arguments(replicas: int | None = None) -> dict[str, Any]:
+    return {"x-queue-type": "quorum", **_quorum_replicas(replicas)}
 
 
-def shard_queue_arguments() -> dict[str, Any]:
-    return {"x-queue-type": "quorum"}
+def shard_queue_arguments(replicas: int | None = None) -> dict[str, Any]:
+    return {"x-queue-type": "quorum", **_quorum_replicas(replicas)}
 
 
-def audit_stream_arguments() -> dict[str, Any]:
+def audit_stream_arguments(replicas: int | None = None) -> dict[str, Any]:
     return {
         "x-queue-type": "stream",
         "x-max-age": "30D",
         "x-stream-max-segment-size-bytes": 50_000_000,
+        **({} if replicas is None else {"x-initial-cluster-size": replicas}),
     }
+
+
+def _quorum_replicas(replicas: int | None) -> dict[str, Any]:
+    # Only when asked: unset, the arguments are exactly those outside bots declare with. The
+    # broker caps the group at the nodes it has (3 on one node makes one member).
+    return {} if replicas is None else {"x-quorum-initial-group-size": replicas}
 
 
 # The topology as data: what `infra.topology` declares and `ltm broker-definitions` writes out,
@@ -181,8 +193,10 @@ def topology_declarations(
         ),
         queues=(
             QueueDeclaration(topology.worker_queue, worker_queue_arguments(topology)),
-            QueueDeclaration(topology.dead_letter_queue, dead_letter_queue_arguments()),
-            QueueDeclaration(topology.audit_stream, audit_stream_arguments()),
+            QueueDeclaration(
+                topology.dead_letter_queue, dead_letter_queue_arguments(topology.replicas)
+            ),
+            QueueDeclaration(topology.audit_stream, audit_stream_arguments(topology.replicas)),
         ),
         bindings=(
             *(
@@ -202,7 +216,7 @@ def shard_declarations(topology: Topology, shard_id: int) -> Declarations:
     """One shard's queue and its bindings (the events exchange is the topology's)."""
     queue = topology.shard_queue(shard_id)
     return Declarations(
-        queues=(QueueDeclaration(queue, shard_queue_arguments()),),
+        queues=(QueueDeclaration(queue, shard_queue_arguments(topology.replicas)),),
         bindings=(
             Binding(topology.events_exchange, queue, result_routing_key(shard_id)),
             Binding(topology.events_exchange, queue, embed_routing_key(shard_id)),

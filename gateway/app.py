@@ -32,7 +32,6 @@ import aio_pika
 import hikari
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
-from contracts import Topology
 from gateway.caches import CacheInvalidationConsumer, GatewayCaches, instance_name
 from gateway.console import ConsoleSender
 from gateway.delivery import EmbedSender
@@ -119,7 +118,7 @@ class Gateway:
         database pool of its own (`LTM_DATABASE_URL`), closed at `stop`.
         """
         self.settings = settings
-        self.topology = Topology(settings.amqp_prefix)
+        self.topology = settings.topology
         self.sender = sender
         self.shard_count = shard_count
         self.shards: tuple[int, ...] = () if shards is None else tuple(sorted(set(shards)))

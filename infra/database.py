@@ -45,11 +45,15 @@ def with_database_name(url: str, name: str) -> str:
     params = {k: str(v) for k, v in info.items() if k != "dbname" and v is not None}
     user = params.pop("user", "")
     password = params.pop("password", "")
-    host = params.pop("host", "127.0.0.1")
-    port = params.pop("port", "5432")
+    hosts = params.pop("host", "127.0.0.1").split(",")
+    ports = params.pop("port", "5432").split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)  # libpq: one port serves every host
+    # Every host of a failover URL (`h1:p1,h2:p2`) stays, with its own port.
+    servers = ",".join(f"{host}:{port or 5432}" for host, port in zip(hosts, ports, strict=True))
     auth = user + (":" + urllib.parse.quote(password) if password else "")
     query = ("?" + urllib.parse.urlencode(params)) if params else ""
-    return f"postgresql://{auth}{'@' if auth else ''}{host}:{port}/{name}{query}"
+    return f"postgresql://{auth}{'@' if auth else ''}{servers}/{name}{query}"
 
 
 def create_database_if_missing(url: str) -> bool:

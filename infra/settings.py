@@ -23,10 +23,17 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from contracts import DEFAULT_PREFIX
+from contracts import DEFAULT_PREFIX, Topology
 from infra.redaction import mask_passwords
 
-__all__ = ["SECRET_SETTINGS", "Settings", "SettingsError", "broker_user", "to_sqlalchemy_url"]
+__all__ = [
+    "SECRET_SETTINGS",
+    "Settings",
+    "SettingsError",
+    "broker_urls",
+    "broker_user",
+    "to_sqlalchemy_url",
+]
 
 ENV_PREFIX: Final = "LTM_"
 
@@ -47,6 +54,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     database_url: str = "postgresql://localhost/ltm"
+    # One URL, or one per node of a cluster separated by commas (`amqp.BrokerNodes`).
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
     # `amqps://` URLs: the CA the broker's certificate is checked against (else the system's),
     # and a client certificate for brokers that ask for one.
@@ -54,6 +62,9 @@ class Settings(BaseSettings):
     amqp_cert_file: Path | None = None
     amqp_key_file: Path | None = None
     amqp_prefix: str = DEFAULT_PREFIX
+    # Replicas of every quorum queue and of the audit stream, on a cluster; unset, the broker's
+    # default (docs/operations.md, "Running on a cluster"). The same in every process.
+    amqp_replicas: int | None = Field(default=None, ge=1)
     max_memory_length: int = Field(default=1000, ge=1)
     # How many memories the create tool lets a scope hold: a server's of one persona lineage,
     # or a person's of one lineage and the global one (lineage 0) together.
@@ -113,10 +124,26 @@ class Settings(BaseSettings):
         names = frozenset(name.strip() for name in value.split(",") if name.strip())
         return names or None  # blank is unset, not "trust nobody"
 
+    @field_validator("amqp_url")
+    @classmethod
+    def _broker_urls(cls, value: str) -> str:
+        broker_urls(value)  # refuses what cannot be a list of one broker's nodes
+        return value
+
+    @property
+    def amqp_urls(self) -> tuple[str, ...]:
+        """One URL per broker node, in the order given."""
+        return broker_urls(self.amqp_url)
+
     @property
     def amqp_user(self) -> str | None:
         """The broker user `amqp_url` logs in as (`broker_user`)."""
         return broker_user(self.amqp_url)
+
+    @property
+    def topology(self) -> Topology:
+        """The deployment's names and queue arguments: its prefix and replicas."""
+        return Topology(self.amqp_prefix, replicas=self.amqp_replicas)
 
     # `ltm console`: the operators' password as an Argon2 hash (`ltm console hash-password`);
     # unset, the console does not start. Sessions end this long after the login.
@@ -194,11 +221,39 @@ def _input_key(field_name: str, field: FieldInfo) -> str:
     return alias if isinstance(alias, str) else field_name
 
 
+def broker_urls(amqp_url: str) -> tuple[str, ...]:
+    """The URLs of `LTM_AMQP_URL`, one per node (commas separate them), checked: each an
+    `amqp://` or `amqps://` URL with a host, all of one scheme, one user and one virtual host
+    (one broker, reached through any of its nodes)."""
+    urls = tuple(url.strip() for url in amqp_url.split(","))
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname:
+            raise ValueError(f"not an amqp:// or amqps:// URL with a host: {mask_passwords(url)!r}")
+    if len(urls) > 1:
+        for what, of in (("scheme", _scheme), ("user", broker_user), ("virtual host", _vhost)):
+            if len({of(url) for url in urls}) > 1:
+                raise ValueError(
+                    f"the URLs of LTM_AMQP_URL name different {what}s: every node of one "
+                    f"broker is reached with the same {what} "
+                    f"({mask_passwords(', '.join(urls))})"
+                )
+    return urls
+
+
+def _scheme(url: str) -> str:
+    return urllib.parse.urlsplit(url).scheme.lower()
+
+
+def _vhost(url: str) -> str:
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).path[1:]) or "/"
+
+
 def broker_user(amqp_url: str) -> str | None:
-    """The broker user an AMQP URL logs in as, the `user_id` its messages may carry: the
-    URL's, else RabbitMQ's `guest`; None when a client certificate names the user
-    (`?auth=external`)."""
-    parts = urllib.parse.urlsplit(amqp_url)
+    """The broker user an AMQP URL (the first of a list) logs in as, the `user_id` its
+    messages may carry: the URL's, else RabbitMQ's `guest`; None when a client certificate
+    names the user (`?auth=external`)."""
+    parts = urllib.parse.urlsplit(amqp_url.split(",", 1)[0].strip())
     if parts.username:
         return urllib.parse.unquote(parts.username)
     external = urllib.parse.parse_qs(parts.query).get("auth", [""])[0].lower() == "external"
@@ -206,9 +261,18 @@ def broker_user(amqp_url: str) -> str | None:
 
 
 def to_sqlalchemy_url(url: str) -> str:
+    """The same database through SQLAlchemy's psycopg 3 dialect. A libpq URL over several
+    hosts (`postgresql://u@h1:p1,h2:p2/db?target_session_attrs=read-write`, libpq's failover)
+    becomes SQLAlchemy's form of it, `postgresql+psycopg://u@/db?host=h1:p1&host=h2:p2&…`."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ValueError(f"not a database URL: {mask_passwords(url)!r}")
     if scheme in ("postgresql", "postgres", "postgresql+psycopg2"):
         scheme = "postgresql+psycopg"
-    return f"{scheme}://{rest}"
+    authority, _, path = rest.partition("/")
+    user, at, hosts = authority.rpartition("@")
+    if "," not in hosts:
+        return f"{scheme}://{rest}"
+    database, _, query = path.partition("?")
+    listed = "&".join(f"host={urllib.parse.quote(host, safe=':[]')}" for host in hosts.split(","))
+    return f"{scheme}://{user}{at}/{database}?{listed}{'&' if query else ''}{query}"

@@ -27,6 +27,7 @@ from contracts import (
 from infra.logs import get_logger
 
 __all__ = [
+    "ReplicasMismatch",
     "TopologyMissing",
     "declare",
     "declare_cache_queue",
@@ -42,6 +43,15 @@ class TopologyMissing(RuntimeError):
     """The shared topology is not there, and this broker account may not declare it."""
 
 
+class ReplicasMismatch(RuntimeError):
+    """A queue exists with another number of replicas than this process declares it with:
+    `LTM_AMQP_REPLICAS` differs between the processes (or was changed after the first start)."""
+
+
+# The arguments `LTM_AMQP_REPLICAS` sets; the broker names the one it found inequivalent.
+_REPLICA_ARGUMENTS = ("x-quorum-initial-group-size", "x-initial-cluster-size")
+
+
 async def declare(channel: AbstractChannel, declarations: Declarations) -> list[AbstractQueue]:
     """Declares the exchanges and queues and binds them; returns the queues, in order.
 
@@ -54,9 +64,22 @@ async def declare(channel: AbstractChannel, declarations: Declarations) -> list[
         )
     queues: dict[str, AbstractQueue] = {}
     for queue in declarations.queues:
-        queues[queue.name] = await channel.declare_queue(
-            queue.name, durable=True, arguments=dict(queue.arguments)
-        )
+        try:
+            queues[queue.name] = await channel.declare_queue(
+                queue.name, durable=True, arguments=dict(queue.arguments)
+            )
+        except aiormq.exceptions.ChannelPreconditionFailed as error:
+            if not any(argument in str(error) for argument in _REPLICA_ARGUMENTS):
+                raise
+            replicas = next(
+                (queue.arguments[a] for a in _REPLICA_ARGUMENTS if a in queue.arguments), None
+            )
+            raise ReplicasMismatch(
+                f"queue {queue.name} exists with another number of replicas than "
+                f"LTM_AMQP_REPLICAS={'unset' if replicas is None else replicas} of this "
+                "process: every process of a deployment must use the same LTM_AMQP_REPLICAS, "
+                f"the one the queues were first declared with ({error})"
+            ) from None
     for binding in declarations.bindings:
         exchange = exchanges.get(binding.exchange) or await channel.get_exchange(
             binding.exchange, ensure=False

@@ -8,7 +8,6 @@ import contextlib
 import gc
 import signal
 
-from contracts import Topology
 from infra import amqp
 from infra.logs import get_logger
 from infra.metrics import serve_metrics
@@ -62,7 +61,7 @@ async def declare_topology(settings: Settings) -> int:
     async with connection:
         channel = await connection.channel()
         await declare_broker_topology(
-            channel, Topology(settings.amqp_prefix), shards=range(settings.shard_count)
+            channel, settings.topology, shards=range(settings.shard_count)
         )
     print(
         f"topology declared under prefix {settings.amqp_prefix!r} "

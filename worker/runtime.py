@@ -34,7 +34,6 @@ from tenacity import (
 from contracts import (
     InvalidEnvelope,
     ToolCallRequested,
-    Topology,
     decode_tool_call,
     result_routing_key,
     shard_of_routing_key,
@@ -72,10 +71,14 @@ _MARK_LINGER_S: Final = 0.05
 
 
 def is_transient(error: BaseException) -> bool:
-    """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion."""
+    """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion, and a
+    server that does not take writes yet (a standby being promoted: SQLSTATE 25006)."""
     if isinstance(error, sa_exc.DBAPIError):
-        return error.connection_invalidated or isinstance(error.orig, psycopg.OperationalError)
-    return isinstance(error, psycopg.OperationalError | sa_exc.TimeoutError | ConnectionError)
+        return error.connection_invalidated or isinstance(error.orig, _TRANSIENT_DRIVER_ERRORS)
+    return isinstance(error, _TRANSIENT_DRIVER_ERRORS | sa_exc.TimeoutError | ConnectionError)
+
+
+_TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
 
 
 def waited_for_a_lock(error: BaseException) -> bool:
@@ -121,7 +124,7 @@ class Worker:
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
     def __post_init__(self) -> None:
-        self.topology = Topology(self.settings.amqp_prefix)
+        self.topology = self.settings.topology
         self._publisher: EventPublisher | None = None
         self._shard_queues: ShardQueues | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -129,6 +132,8 @@ class Worker:
         self._consuming = False
         self._stopping = asyncio.Event()
         self._reply_ttl_ms = self.settings.reply_ttl_s * 1000
+        # Which broker node next: a lost connection moves on to the node after it.
+        self._broker_nodes = amqp.BrokerNodes.of(self.settings)
         self._database = _database_of(self.settings.database_url)
         self._batcher: CallBatcher[_Submitted, Processed] = CallBatcher(
             self._run_pipeline,
@@ -161,8 +166,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
-                    connection = await amqp.connect(
-                        self.settings, client_properties={"connection_name": "ltm-worker"}
+                    connection = await self._broker_nodes.connect(
+                        client_properties={"connection_name": "ltm-worker"}
                     )
                 except (OSError, aiormq.exceptions.AMQPError) as error:
                     log.warning(

@@ -30,12 +30,14 @@ class BrokerLink:
         self._settings = settings
         self.topology = topology
         self._connection: AbstractConnection | None = None
+        # A connection found closed is opened again on the next node that answers.
+        self._nodes = amqp.BrokerNodes.of(settings)
         self._opening = asyncio.Lock()
 
     async def connection(self) -> AbstractConnection:
         async with self._opening:
             if self._connection is None or self._connection.is_closed:
-                self._connection = await amqp.connect(self._settings)
+                self._connection = await self._nodes.connect()
                 log.info("connected to the broker")
             return self._connection
 

@@ -53,6 +53,9 @@ def rabbit_config(
         "# Written by infra.localnodes: a node of our own, on 127.0.0.1 only.",
         "log.console = false",
         "log.file.level = info",
+        # Leaders of new quorum queues and streams on the node leading fewest: spread over a
+        # cluster (a node setting: as a queue argument it would take part in every redeclare).
+        "queue_leader_locator = balanced",
     ]
     if (tls_port is None) != (tls is None):
         raise ValueError("a TLS listener needs both its port and its files")

@@ -137,7 +137,7 @@ async def tail_audit(
     on_signals = stop is None
     stop = stop or asyncio.Event()
     tail = _Tail(origin, follow, as_json, stop, idle_s, out, err)
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     connection = await amqp.connect(settings)
     # A plain connection reports its loss only to callbacks: the tail must not wait on forever.
     lost = asyncio.Event()

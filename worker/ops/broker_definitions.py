@@ -17,7 +17,7 @@ from typing import TextIO
 import orjson
 from pydantic import SecretStr
 
-from contracts import TOOL_NAMES, Topology
+from contracts import TOOL_NAMES
 from infra.broker_accounts import Role, accounts, definitions
 from infra.settings import Settings
 from worker.ops.output import ExitCode
@@ -69,10 +69,10 @@ def print_definitions(
             file=err,
         )
         return ExitCode.USAGE
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     document = definitions(
         topology,
-        vhost=default_vhost(settings.amqp_url) if vhost is None else vhost,
+        vhost=default_vhost(settings.amqp_urls[0]) if vhost is None else vhost,
         accounts_with_passwords=[
             (account, _revealed(passwords[account.role])) for account in accounts(topology, users)
         ],

@@ -88,7 +88,7 @@ async def call_and_print(
     except InvalidEnvelope as error:
         print(f"ltm call: the file is not a tool call: {error}", file=err)
         return ExitCode.USAGE
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     try:
         answer = await _publish_and_wait(settings, topology, call, timeout, err)
     except _Unroutable:

@@ -196,7 +196,7 @@ async def read_dead_letters(
 ) -> tuple[list[HeldDeadLetter], int]:
     """`inspect_dead_letters` with each body; raises `ChannelNotFoundEntity` when there is no
     dead-letter queue."""
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
         queue = await _dead_letter_queue(channel, topology)
         total = _message_count(queue)
@@ -229,7 +229,7 @@ async def list_dead_letters(
         if total > len(entries):
             print(f"{shown} dead-lettered message(s) listed", file=err)
     elif not entries:
-        print(f"{Topology(settings.amqp_prefix).dead_letter_queue} is empty", file=out)
+        print(f"{settings.topology.dead_letter_queue} is empty", file=out)
     else:
         print_table(DEAD_LETTER_HEADER, dead_letter_rows(entries), out)
         print(f"{shown} dead-lettered message(s)", file=out)
@@ -280,7 +280,7 @@ async def replay_dead_letters(
     if (event_id is None) == (not replay_all):
         print("give either an event id or replay_all", file=err)
         return ExitCode.USAGE
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     try:
         report = await replay(settings, event_id=event_id, limit=limit)
     except ChannelNotFoundEntity:
@@ -295,7 +295,7 @@ async def replay(
     """Replays the dead letter with `event_id` (every copy of it), or every dead letter there
     is now when None; each copy is acked only after the broker confirmed its republish.
     Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
         queue = await _dead_letter_queue(channel, topology)
         exchange = await channel.get_exchange(topology.tool_calls_exchange)
@@ -308,7 +308,7 @@ async def replay(
 async def purge(settings: Settings) -> int:
     """Empties the dead-letter queue now, without asking; how many messages it removed.
     Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
         return await _purge(await _dead_letter_queue(channel, topology))
 
@@ -327,7 +327,7 @@ async def purge_dead_letters(
     out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
     # With --json stdout holds the JSON alone: the question and the notes go to stderr.
     notes = err if as_json else out
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     removed, code = 0, ExitCode.OK
     try:
         async with _connection(settings) as connection, _dead_letter_channel(connection) as channel:
@@ -576,7 +576,7 @@ def _message_count(queue: AbstractQueue) -> int:
 
 
 def _missing_queue(settings: Settings, err: TextIO) -> int:
-    topology = Topology(settings.amqp_prefix)
+    topology = settings.topology
     print(f"{topology.dead_letter_queue} does not exist: run `ltm topology` first", file=err)
     return 1
 

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from contracts import Topology
 from infra import amqp
 from infra.settings import Settings
 from worker.adapters.broker import EventPublisher
@@ -27,7 +26,7 @@ async def publish_queued(
     """Publishes rows the caller committed to the outbox, with confirms, then marks them."""
     connection = await amqp.connect(settings)
     async with connection:
-        publisher = await EventPublisher.open(connection, Topology(settings.amqp_prefix))
+        publisher = await EventPublisher.open(connection, settings.topology)
         await publisher.publish_rows(rows)
     await OutboxStore(engine).mark_published([row.event_id for row in rows])
 

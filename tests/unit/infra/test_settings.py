@@ -33,10 +33,12 @@ def test_a_secret_comes_from_its_file_without_the_trailing_newline(
     name: str, variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(variable, raising=False)
+    # A value the setting accepts (the broker's URLs are checked).
+    value = f"amqp://u:value-of-{name}@h/" if name == "amqp_url" else f"value-of-{name}"
     secret = tmp_path / "secret"
-    secret.write_text(f"value-of-{name}\n")
+    secret.write_text(f"{value}\n")
     monkeypatch.setenv(f"{variable}_FILE", str(secret))
-    assert _value(Settings(), name) == f"value-of-{name}"
+    assert _value(Settings(), name) == value
 
 
 def test_only_one_trailing_line_break_is_dropped(

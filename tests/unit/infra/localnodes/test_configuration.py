@@ -39,6 +39,10 @@ def test_a_plain_node_has_no_tls_listener_and_no_management() -> None:
     assert enabled_plugins(management=False) == "[].\n"
 
 
+def test_leaders_of_new_queues_spread_over_the_nodes() -> None:
+    assert _settings(rabbit_config())["queue_leader_locator"] == "balanced"
+
+
 def test_a_tls_listener_names_its_files_and_checks_peers() -> None:
     settings = _settings(rabbit_config(tls_port=25671, tls=TLS))
 

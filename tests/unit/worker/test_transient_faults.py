@@ -1,0 +1,39 @@
+"""Which database faults the worker's retry budget covers (`is_transient`)."""
+
+from __future__ import annotations
+
+import psycopg
+from sqlalchemy import exc as sa_exc
+
+from worker.runtime import is_transient
+
+
+def _wrapped(error: Exception, *, invalidated: bool = False) -> sa_exc.DBAPIError:
+    wrapped = sa_exc.DBAPIError.instance(
+        "UPDATE memories", {}, error, psycopg.Error, connection_invalidated=invalidated
+    )
+    assert isinstance(wrapped, sa_exc.DBAPIError)
+    return wrapped
+
+
+def test_a_standby_not_yet_promoted_is_transient() -> None:
+    read_only = psycopg.errors.ReadOnlySqlTransaction(
+        "cannot execute UPDATE in a read-only transaction"
+    )
+    assert is_transient(read_only)
+    assert is_transient(_wrapped(read_only))
+
+
+def test_a_connection_lost_to_a_dying_primary_is_transient() -> None:
+    lost = psycopg.OperationalError("server closed the connection unexpectedly")
+    assert is_transient(lost)
+    assert is_transient(_wrapped(lost))
+    assert is_transient(_wrapped(psycopg.errors.AdminShutdown("terminating connection")))
+    assert is_transient(ConnectionRefusedError())
+
+
+def test_a_fault_of_the_statement_is_not() -> None:
+    assert not is_transient(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not is_transient(_wrapped(psycopg.errors.UniqueViolation("duplicate key")))
+    assert not is_transient(psycopg.errors.InFailedSqlTransaction("aborted"))
+    assert not is_transient(ValueError())
