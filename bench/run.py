@@ -61,13 +61,12 @@ import orjson
 from bench import db_limit
 from bench.amqp import CallPublisher, ResultCounter, declare
 from bench.machine import describe
-from bench.processes import Child
 from bench.rounds import Contender, paired_rounds, say
 from bench.samples import Sample, capture
 from bench.services import BenchServices, bench_services
 from bench.span_sink import SpanSink
 from bench.system import Bench, RunFigure, latency_run, throughput_run
-from bench.workers import run_timeout, start_worker, worker_child
+from bench.workers import answered_by, run_timeout, start_worker, worker_latency, worker_run
 from bench.world import (
     CallMaker,
     creations_of,
@@ -241,53 +240,6 @@ class Phases:
             self.seconds[name] = round(time.perf_counter() - started, 1)
 
 
-async def _answered_by(
-    bench: Bench,
-    config: Config,
-    calls: CallMaker,
-    consumer: Child,
-    *,
-    prepublished: bool,
-    database_url: str | None = None,
-) -> RunFigure:
-    """`config.calls` calls answered by `consumer`, driven alike for every consumer compared."""
-    return await throughput_run(
-        bench,
-        consumer.name.replace("-", ""),
-        calls,
-        calls=config.calls,
-        warmup=0 if prepublished else config.warmup,
-        timeout=run_timeout(config.calls),
-        consumer=consumer,
-        prepublished=prepublished,
-        database_url=database_url,
-    )
-
-
-async def _worker_run(
-    bench: Bench,
-    config: Config,
-    calls: CallMaker,
-    name: str,
-    *,
-    prepublished: bool,
-    database_url: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> tuple[RunFigure, float]:
-    """A fresh worker process answering `config.calls` calls: its figure and peak RSS."""
-    if prepublished:
-        worker, _ = worker_child(bench, name, database_url, env)  # started once the queue is full
-    else:
-        worker = await start_worker(bench, name, database_url, env)
-    try:
-        figure = await _answered_by(
-            bench, config, calls, worker, prepublished=prepublished, database_url=database_url
-        )
-        return figure, worker.peak_rss_mb()
-    finally:
-        await worker.terminate()
-
-
 async def _broker_loop(
     bench: Bench,
     config: Config,
@@ -324,7 +276,7 @@ async def _broker_loop(
         if not prepublished:
             loop.start()
             await loop.wait_file(ready)
-        return await _answered_by(bench, config, calls, loop, prepublished=prepublished)
+        return await answered_by(bench, config, calls, loop, prepublished=prepublished)
     finally:
         await loop.terminate()
 
@@ -466,7 +418,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             """A contender of `paired_rounds`: a fresh worker each round, its peak RSS kept."""
 
             async def run(number: int) -> RunFigure:
-                figure, peak = await _worker_run(
+                figure, peak = await worker_run(
                     bench,
                     config,
                     run_calls,
@@ -520,7 +472,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 )
                 details["broker_limit_prepublished"] = figure.as_dict()
                 results["broker_limit_prepublished_tps"] = round(figure.tps, 1)
-                figure, peak = await _worker_run(
+                figure, peak = await worker_run(
                     bench, config, updates, "worker-prepublished", prepublished=True
                 )
                 rss.append(peak)
@@ -570,19 +522,16 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results["tracing_on_vs_off"] = round(median(r["ratio"] for r in rounds), 3)
                 latencies: dict[str, dict[str, Any]] = {}
                 for label, env in (("off", untraced), ("on", traced)):
-                    worker = await start_worker(bench, f"worker-latency-{label}", env=env)
-                    try:
-                        latency = await latency_run(
-                            bench,
-                            updates,
-                            rate=config.latency_rate,
-                            seconds=config.latency_seconds,
-                            warmup=config.warmup,
-                            timeout=run_timeout(int(config.latency_rate * config.latency_seconds)),
-                        )
-                    finally:
-                        rss.append(worker.peak_rss_mb())
-                        await worker.terminate()
+                    latency, peak = await worker_latency(
+                        bench,
+                        updates,
+                        f"worker-latency-{label}",
+                        rate=config.latency_rate,
+                        seconds=config.latency_seconds,
+                        warmup=config.warmup,
+                        env=env,
+                    )
+                    rss.append(peak)
                     latencies[label] = latency.as_dict()
                     results[f"tracing_{label}_p50_ms"] = round(latency.p50_ms, 2)
                     results[f"tracing_{label}_p99_ms"] = round(latency.p99_ms, 2)
