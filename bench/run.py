@@ -60,9 +60,11 @@ import orjson
 
 from bench import db_limit
 from bench.amqp import CallPublisher, ResultCounter, declare
+from bench.cluster import ClusterPlan, cluster_rows, measure_cluster
 from bench.machine import describe
 from bench.rounds import Contender, paired_rounds, say
 from bench.samples import Sample, capture
+from bench.scaling import ScalingPlan, measure_scaling, scaling_rows
 from bench.services import BenchServices, bench_services
 from bench.span_sink import SpanSink
 from bench.system import Bench, RunFigure, latency_run, throughput_run
@@ -100,6 +102,8 @@ PHASES: Final = (
     "create_throughput",
     "create_latency",
     "cost_1m_vs_10k",
+    "scaling",
+    "cluster",
     "rss",
 )
 
@@ -130,6 +134,7 @@ class Config:
     create_seeded: int
     window: int
     run_seconds: float
+    scaling_workers: tuple[int, ...]
     phases: tuple[str, ...]
     output: Path
 
@@ -176,6 +181,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="outstanding publisher confirms of the bench's publishers")  # fmt: skip
     add("--run-seconds", type=float, default=_env_float("BENCH_RUN_SECONDS", 45.0),
         help="a throughput run stops counting after this long (env BENCH_RUN_SECONDS)")  # fmt: skip
+    add("--scaling-workers", default=os.environ.get("BENCH_SCALING_WORKERS", "1,2,4"),
+        help="worker counts of the scaling phase (env BENCH_SCALING_WORKERS)")  # fmt: skip
     add("--phases", default=os.environ.get("BENCH_PHASES", ",".join(PHASES)),
         help="phases to run, comma-separated; they run in their fixed order"
         " (env BENCH_PHASES)")  # fmt: skip
@@ -187,7 +194,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         rounds=args.rounds,
         warmup=args.warmup,
         db_seconds=args.db_seconds,
-        db_clients=tuple(int(part) for part in args.db_clients.split(",") if part.strip()),
+        db_clients=_counts(args.db_clients),
         db_batch=args.db_batch,
         servers=args.servers,
         memories=args.memories,
@@ -198,9 +205,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
         create_seeded=args.create_seeded,
         window=args.window,
         run_seconds=args.run_seconds,
+        scaling_workers=_counts(args.scaling_workers),
         phases=tuple(name.strip() for name in args.phases.split(",") if name.strip()),
         output=args.output,
     )
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
 
 
 def _create_servers_for(args: argparse.Namespace) -> int:
@@ -640,6 +652,32 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 }
                 results["cost_1m_vs_10k"] = round(median(r["ratio"] for r in cost_rounds), 3)
 
+        if phases.wanted("scaling"):
+            async with phases.phase("scaling"):
+                figures, details["scaling_rounds"], peaks = await measure_scaling(
+                    bench,
+                    updates,
+                    ScalingPlan(config.scaling_workers, config.rounds, config.calls, config.warmup),
+                )
+                results.update(figures)
+                rss += peaks
+
+        if phases.wanted("cluster"):
+            async with phases.phase("cluster"):
+                figures, details["cluster"], peaks = await measure_cluster(
+                    bench,
+                    updates,
+                    ClusterPlan(
+                        config.rounds,
+                        config.calls,
+                        config.warmup,
+                        config.latency_rate,
+                        config.latency_seconds,
+                    ),
+                )
+                results.update(figures)
+                rss += peaks
+
         if phases.wanted("rss"):
             async with phases.phase("rss"):
                 if not rss:
@@ -848,6 +886,8 @@ def render_table(results: dict[str, Any]) -> str:
             target("create_p99_ms"),
             verdict("create_p99_ms"),
         ),
+        *scaling_rows(results),
+        *cluster_rows(results),
         ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
         (
             "cost_1m_vs_10k",
