@@ -8,13 +8,12 @@ figure of several rounds is the median of the rounds' figures.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from statistics import median
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from bench.system import RunFigure
 
-__all__ = ["Contender", "median_of", "paired_rounds", "say", "turn_order"]
+__all__ = ["Contender", "paired_rounds", "say", "turn_order"]
 
 T = TypeVar("T")
 
@@ -30,10 +29,6 @@ def turn_order(contenders: Sequence[T], number: int) -> list[T]:
     """The order of round `number` (from 1): as given in odd rounds, reversed in even ones, so
     that the drift within a round favours no contender."""
     return list(contenders) if number % 2 == 1 else list(reversed(contenders))
-
-
-def median_of(values: Iterable[float], digits: int = 1) -> float:
-    return round(median(values), digits)
 
 
 async def paired_rounds(
