@@ -32,6 +32,19 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    drops them (`bench.span_sink`), so that its cost is the whole of tracing on.
 6. `cost_1m_vs_10k`: time per call with 1M stored memories over time per call with 10k,
    the 1M in a second database, the two taking turns in rounds as in 3 (the median).
+6b. Scaling (`bench.scaling`): `scaling_tps` with 1, 2 and 4 workers (`--scaling-workers`) on
+   the machine's broker, in rounds taken in turns, and `scaling_vs_1`, each count's rate over
+   the 1-worker rate of its round; for each count, `cpu_ms_per_call`, the CPU per call
+   answered of the workers, the broker (its Erlang VM), the database (the postmaster and its
+   backends), the bench (this process and the publisher) and `other` (the rest of the
+   machine), with the machine's `total`, and `scaling_busy_share`, how busy its cores were:
+   from /proc, read-only, over each run's sustained part (`bench.cpu`).
+6c. Cluster (`bench.cluster`): one worker on a three-node RabbitMQ cluster of the bench's own
+   (started and stopped by the phase, in a temporary folder; every queue replicated 3 ways,
+   `LTM_AMQP_URL` listing the three nodes), and the same worker on the machine's single node,
+   in rounds taken in turns: `cluster_tps`, `single_node_tps`, `cluster_ratio` (cluster over
+   single node, the median of the rounds'), then `cluster_p99_ms` and `single_node_p99_ms` at
+   the latency run's rate. On one machine the cluster is slower: reported, no target.
 7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run.
 
 Prints a table with each target (met / not met; a missed target does not fail the run) and
