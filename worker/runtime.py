@@ -70,15 +70,16 @@ _RECONNECT_MAX_S: Final = 5.0
 _MARK_LINGER_S: Final = 0.05
 
 
+# A lost or refused connection, an admin shutdown, …; and a server that takes no writes yet.
+_TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
+
+
 def is_transient(error: BaseException) -> bool:
     """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion, and a
     server that does not take writes yet (a standby being promoted: SQLSTATE 25006)."""
     if isinstance(error, sa_exc.DBAPIError):
         return error.connection_invalidated or isinstance(error.orig, _TRANSIENT_DRIVER_ERRORS)
     return isinstance(error, _TRANSIENT_DRIVER_ERRORS | sa_exc.TimeoutError | ConnectionError)
-
-
-_TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
 
 
 def waited_for_a_lock(error: BaseException) -> bool:

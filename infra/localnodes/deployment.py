@@ -83,6 +83,8 @@ class LocalDeployment:
         env = {}
         if self.rabbit is not None:
             env["LTM_AMQP_URL"] = ",".join(self.rabbit.amqp_urls())
+            if len(self.rabbit.nodes) > 1:  # a replica of every queue on each node
+                env["LTM_AMQP_REPLICAS"] = str(len(self.rabbit.nodes))
         if self.postgres is not None:
             env["LTM_DATABASE_URL"] = self.postgres.url(DATABASE)
         return env

@@ -9,6 +9,7 @@ its node (`-n`) and carries the node's HOME, hence our cookie.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -40,7 +41,13 @@ from infra.localnodes.host import (
     run,
     wait_until,
 )
-from infra.localnodes.readings import QuorumMember, epmd_names, quorum_members, running_nodes
+from infra.localnodes.readings import (
+    QuorumMember,
+    connection_nodes,
+    epmd_names,
+    quorum_members,
+    running_nodes,
+)
 from infra.logs import get_logger
 
 __all__ = [
@@ -514,6 +521,19 @@ class RabbitCluster:
                 continue
             return quorum_members(listing)
         raise LocalNodeError(f"no node answered for quorum queue {queue!r}: {errors}")
+
+    def connection_nodes(self, connection_name: str, vhost: str | None = None) -> list[str]:
+        """The nodes the client connections named `connection_name` are on (a process's
+        `connection_name` client property), asked of a running node."""
+        for node in self.nodes:
+            if not node.is_running:
+                continue
+            with contextlib.suppress(LocalNodeError):
+                listing = node.ctl(
+                    "list_connections", "-p", vhost or self.spec.vhost, "pid", "client_properties"
+                )
+                return connection_nodes(listing, connection_name)
+        raise LocalNodeError(f"no node answered for connections named {connection_name!r}")
 
     def quorum_leader(self, queue: str, vhost: str | None = None) -> str | None:
         """The node that leads a quorum queue; None while no member says it leads."""

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "QuorumMember",
+    "connection_nodes",
     "epmd_names",
     "pid_from_file_text",
     "quorum_members",
@@ -59,6 +60,18 @@ def quorum_members(status_json: str) -> list[QuorumMember]:
             QuorumMember(node=str(fields["node_name"]), raft_state=str(fields["raft_state"]))
         )
     return members
+
+
+def connection_nodes(listing: str, connection_name: str) -> list[str]:
+    """The nodes holding the connections named `connection_name`, from `rabbitmqctl
+    list_connections pid client_properties` (tab-separated): a connection's Erlang pid,
+    `<node@host.N.N.N>`, names the node it is on."""
+    nodes = []
+    for line in listing.splitlines():
+        pid, _, properties = line.partition("\t")
+        if pid.startswith("<") and f'"{connection_name}"' in properties:
+            nodes.append(pid.strip("<>").rsplit(".", 3)[0])
+    return nodes
 
 
 def running_nodes(cluster_status_json: str) -> set[str]:

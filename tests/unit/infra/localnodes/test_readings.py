@@ -8,6 +8,7 @@ import pytest
 
 from infra.localnodes.readings import (
     QuorumMember,
+    connection_nodes,
     epmd_names,
     pid_from_file_text,
     quorum_members,
@@ -87,3 +88,16 @@ def test_running_nodes_come_from_cluster_status() -> None:
 )
 def test_the_pid_is_the_first_line(text: str, pid: int | None) -> None:
     assert pid_from_file_text(text) == pid
+
+
+def test_a_connections_pid_names_its_node() -> None:
+    listing = (
+        '<ltmt1a2b3c2@localhost.1701.4242.0>\t[{"connection_name","ltm-worker"},{"product","x"}]\n'
+        '<ltmt1a2b3c1@localhost.1700.99.0>\t[{"connection_name","ltm-bench"}]\n'
+        '<ltmt1a2b3c3@localhost.1702.7.0>\t[{"connection_name","ltm-worker"}]\n'
+    )
+    assert connection_nodes(listing, "ltm-worker") == [
+        "ltmt1a2b3c2@localhost",
+        "ltmt1a2b3c3@localhost",
+    ]
+    assert connection_nodes(listing, "ltm-gateway") == []

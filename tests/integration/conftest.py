@@ -1,4 +1,5 @@
-"""Fixtures of the tests of `infra`: our own broker nodes and PostgreSQL instances."""
+"""Our own broker nodes and PostgreSQL instances, for every integration test that names them:
+defined once here, so that the session's cluster is one, whichever package's tests use it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,101 @@
+"""A gateway given every node of a cluster (a dead one first): when its node is killed, its
+connection comes back on another node, with its shard queue's consumer and its tool client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import hikari
+import pytest
+
+from contracts import MemoryStatus
+from gateway import DiscordSender, Gateway
+from infra.localnodes import RabbitCluster
+from infra.settings import Settings
+from tests.integration.gateway.conftest import FAST_RETRIES
+from tests.support.failover import cluster_env, new_prefix, node_of
+from tests.support.failover import updates_of_new_memories as updates
+from tests.support.fake_discord import FakeDiscord
+from tests.support.processes import LtmProcess
+from tests.support.services import TestServices
+from tests.support.waiting import eventually
+from tests.support.world import World
+
+pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
+
+
+@asynccontextmanager
+async def _gateway(settings: Settings, fake_discord: FakeDiscord) -> AsyncIterator[Gateway]:
+    app = hikari.RESTApp(url=fake_discord.url, max_retries=0)
+    await app.start()
+    try:
+        async with app.acquire("fake-token-failover", "Bot") as rest:
+            gateway = Gateway(
+                settings,
+                sender=DiscordSender(rest, policy=FAST_RETRIES),
+                shards=(0,),
+                shard_count=1,
+                reconnect_interval_s=0.5,
+            )
+            await gateway.start()
+            try:
+                yield gateway
+            finally:
+                await gateway.stop(grace_s=5.0)
+    finally:
+        await app.close()
+
+
+async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_tool_client(
+    rabbit_cluster: RabbitCluster,
+    services: TestServices,
+    settings: Settings,
+    fake_discord: FakeDiscord,
+    tmp_path: Path,
+) -> None:
+    world = World(settings.database_url)
+    persona = await world.persona(await world.server())
+    (_, before), (memory_id, after) = await updates(world, persona, 2)
+    prefix = new_prefix("gateway-failover")
+    env = cluster_env(rabbit_cluster, prefix)
+    own = settings.model_copy(
+        update={"amqp_url": env["LTM_AMQP_URL"], "amqp_prefix": prefix, "amqp_replicas": 3}
+    )
+    killed: str | None = None
+    try:
+        with LtmProcess(services, ("worker",), tmp_path / "worker.log", env=env) as worker:
+            await worker.wait_ready_async(timeout=60)
+            async with _gateway(own, fake_discord) as gateway:
+                first = await eventually(lambda: node_of(rabbit_cluster, gateway.connection_name))
+                assert first == rabbit_cluster.nodes[0].name  # the dead node was skipped
+                answer = await gateway.tool_client.request(before, timeout_s=30)
+                assert answer.status == MemoryStatus.UPDATED
+
+                killed = first
+                await asyncio.to_thread(rabbit_cluster.kill, first)
+
+                async def elsewhere() -> bool:
+                    node = await node_of(rabbit_cluster, gateway.connection_name)
+                    return node not in (None, first) and gateway.ready
+
+                await eventually(elsewhere, timeout=60, what="the gateway on another node")
+                # The tool client publishes on the new connection; the result comes back
+                # through the shard queue's consumer, restored there; so does the embed.
+                answer = await gateway.tool_client.request(after, timeout_s=60)
+                assert answer.status == MemoryStatus.UPDATED
+                channel_id = after.context.channel_id
+                await eventually(
+                    lambda: _posted(fake_discord, channel_id), timeout=30, what="the embed"
+                )
+    finally:
+        if killed is not None:
+            await asyncio.to_thread(rabbit_cluster.restart, killed)
+    assert await world.content(memory_id) == after.arguments["memory_content"]  # type: ignore[index,call-overload]
+    assert len(fake_discord.posts(after.context.channel_id)) == 1
+
+
+async def _posted(fake_discord: FakeDiscord, channel_id: str) -> bool:
+    return bool(fake_discord.posts(channel_id))

@@ -1,0 +1,67 @@
+"""Helpers of the failover tests: a broker URL list over our own cluster with a dead node
+first, memories to update, and whether every call was answered."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+from contracts import ToolCallCompleted, ToolCallRequested
+from infra.localnodes import RabbitCluster
+from infra.localnodes.configuration import amqp_url
+from tests.support.broker import EventTap
+from tests.support.processes import free_port
+from tests.support.world import Persona, World, snowflake, tool_call
+
+__all__ = [
+    "answered",
+    "cluster_env",
+    "new_prefix",
+    "node_of",
+    "updates_of_new_memories",
+]
+
+
+def cluster_env(cluster: RabbitCluster, prefix: str, **extra: str) -> dict[str, str]:
+    """A process's broker settings on `cluster`: a node that does not exist first, then every
+    node; three replicas of each queue (so that a queue outlives a node); a prefix of its own."""
+    spec = cluster.spec
+    dead = amqp_url(free_port(), user=spec.user, password=spec.password, vhost=spec.vhost)
+    return {
+        "LTM_AMQP_URL": ",".join([dead, *cluster.amqp_urls()]),
+        "LTM_AMQP_PREFIX": prefix,
+        "LTM_AMQP_REPLICAS": "3",
+        **extra,
+    }
+
+
+def new_prefix(label: str) -> str:
+    return f"ltm-{label}-{uuid.uuid4().hex[:8]}"
+
+
+async def node_of(cluster: RabbitCluster, connection_name: str) -> str | None:
+    """The one node holding the connection named so; None while there is not exactly one."""
+    nodes = await asyncio.to_thread(cluster.connection_nodes, connection_name)
+    return nodes[0] if len(nodes) == 1 else None
+
+
+async def updates_of_new_memories(
+    world: World, persona: Persona, count: int
+) -> list[tuple[int, ToolCallRequested]]:
+    """`count` new memories of `persona`, each with the call that updates it."""
+    pairs = []
+    for n in range(count):
+        memory_id = await world.server_memory(persona, f"memory {n} v0")
+        call = tool_call(
+            persona,
+            {"memory_id": memory_id, "memory_content": f"memory {n} v1"},
+            triggerer_id=snowflake(),
+        )
+        pairs.append((memory_id, call))
+    return pairs
+
+
+def answered(tap: EventTap, calls: Sequence[ToolCallRequested]) -> bool:
+    done = {event.tool_call_id for event in tap.events(ToolCallCompleted)}
+    return all(call.tool_call_id in done for call in calls)
