@@ -186,46 +186,15 @@ async def throughput_run(
     if not prepublished:
         await warm_up(bench, make_calls, warmup, timeout)
     run = bench.run_name(base)
-    path = bench.workdir / f"{run}.jsonl"
-    path.write_bytes(b"\n".join(call_line(make_calls(f"{run}:{i}", i)) for i in range(calls)))
     tally = bench.counter.expect(run, calls)
-    publisher = bench.child(
-        f"{run}-publisher",
-        "bench.publisher",
-        "--amqp-url",
-        bench.services.amqp_url,
-        "--prefix",
-        bench.services.amqp_prefix,
-        "--file",
-        str(path),
-        "--window",
-        str(bench.window),
-        env=bench.services.env(),
-    ).start()
+    publisher = _publisher(bench, run, make_calls, calls).start()
     if prepublished:
         code = await publisher.wait_exit(timeout)
         if code != 0:
             raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
         assert consumer is not None, "a prepublished run starts its consumer"
         consumer.start()
-    deadline = time.monotonic() + timeout
-    capped = False
-    metering = False
-    while not tally.done.is_set():
-        if consumer is not None:
-            consumer.check_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{run}: {tally.count} of {calls} results within {timeout}s")
-        if meter is not None and not metering and tally.first is not None:
-            meter.begin(tally.count)
-            metering = True
-        if tally.first is not None and time.perf_counter() - tally.first > bench.max_run_seconds:
-            capped = True
-            break
-        # Woken by the last result at once: a metered run ends on it, not up to 0.1 s later.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(tally.done.wait(), 0.1)
-    cpu = meter.end(tally.count) if meter is not None and metering else None
+    capped, cpu = await _counted(bench, run, tally, timeout=timeout, consumer=consumer, meter=meter)
     publish_rate: float | None = None
     if capped:
         # Enough for a sustained rate; the rest of the calls would only make the bench long.
@@ -249,6 +218,55 @@ async def throughput_run(
         capped=capped,
         cpu=cpu,
     )
+
+
+def _publisher(bench: Bench, run: str, make_calls: CallMaker, calls: int) -> Child:
+    """The separate process that publishes the run's calls, written to a file beforehand."""
+    path = bench.workdir / f"{run}.jsonl"
+    path.write_bytes(b"\n".join(call_line(make_calls(f"{run}:{i}", i)) for i in range(calls)))
+    return bench.child(
+        f"{run}-publisher",
+        "bench.publisher",
+        "--amqp-url",
+        bench.services.amqp_url,
+        "--prefix",
+        bench.services.amqp_prefix,
+        "--file",
+        str(path),
+        "--window",
+        str(bench.window),
+        env=bench.services.env(),
+    )
+
+
+async def _counted(
+    bench: Bench,
+    run: str,
+    tally: Tally,
+    *,
+    timeout: float,
+    consumer: Child | None,
+    meter: CpuMeter | None,
+) -> tuple[bool, CpuSplit | None]:
+    """Until every result of the run came, or `max_run_seconds` after the first (capped);
+    whether it was capped, and the CPU split from the first result seen to the end."""
+    deadline = time.monotonic() + timeout
+    metering = False
+    while not tally.done.is_set():
+        if consumer is not None:
+            consumer.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{run}: {tally.count} of {tally.expected} results in {timeout}s")
+        if meter is not None and not metering and tally.first is not None:
+            meter.begin(tally.count)
+            metering = True
+        if tally.first is not None and time.perf_counter() - tally.first > bench.max_run_seconds:
+            break
+        # Woken by the last result at once: a metered run ends on it, not up to 0.1 s later.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tally.done.wait(), 0.1)
+    cpu = meter.end(tally.count) if meter is not None and metering else None
+    return not tally.done.is_set(), cpu
 
 
 async def _quiet(tally: Tally, *, seconds: float = 1.0, limit: float = 15.0) -> None:
