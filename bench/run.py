@@ -32,6 +32,19 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    drops them (`bench.span_sink`), so that its cost is the whole of tracing on.
 6. `cost_1m_vs_10k`: time per call with 1M stored memories over time per call with 10k,
    the 1M in a second database, the two taking turns in rounds as in 3 (the median).
+6b. Scaling (`bench.scaling`): `scaling_tps` with 1, 2 and 4 workers (`--scaling-workers`) on
+   the machine's broker, in rounds taken in turns, and `scaling_vs_1`, each count's rate over
+   the 1-worker rate of its round; for each count, `cpu_ms_per_call`, the CPU per call
+   answered of the workers, the broker (its Erlang VM), the database (the postmaster and its
+   backends), the bench (this process and the publisher) and `other` (the rest of the
+   machine), with the machine's `total`, and `scaling_busy_share`, how busy its cores were:
+   from /proc, read-only, over each run's sustained part (`bench.cpu`).
+6c. Cluster (`bench.cluster`): one worker on a three-node RabbitMQ cluster of the bench's own
+   (started and stopped by the phase, in a temporary folder; every queue replicated 3 ways,
+   `LTM_AMQP_URL` listing the three nodes), and the same worker on the machine's single node,
+   in rounds taken in turns: `cluster_tps`, `single_node_tps`, `cluster_ratio` (cluster over
+   single node, the median of the rounds'), then `cluster_p99_ms` and `single_node_p99_ms` at
+   the latency run's rate. On one machine the cluster is slower: reported, no target.
 7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run.
 
 Prints a table with each target (met / not met; a missed target does not fail the run) and
@@ -49,7 +62,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
@@ -60,12 +73,15 @@ import orjson
 
 from bench import db_limit
 from bench.amqp import CallPublisher, ResultCounter, declare
+from bench.cluster import ClusterPlan, cluster_rows, measure_cluster
 from bench.machine import describe
-from bench.processes import Child, free_port
+from bench.rounds import Contender, paired_rounds, say
 from bench.samples import Sample, capture
+from bench.scaling import ScalingPlan, measure_scaling, scaling_rows
 from bench.services import BenchServices, bench_services
 from bench.span_sink import SpanSink
 from bench.system import Bench, RunFigure, latency_run, throughput_run
+from bench.workers import answered_by, run_timeout, start_worker, worker_latency, worker_run
 from bench.world import (
     CallMaker,
     creations_of,
@@ -99,6 +115,8 @@ PHASES: Final = (
     "create_throughput",
     "create_latency",
     "cost_1m_vs_10k",
+    "scaling",
+    "cluster",
     "rss",
 )
 
@@ -129,6 +147,7 @@ class Config:
     create_seeded: int
     window: int
     run_seconds: float
+    scaling_workers: tuple[int, ...]
     phases: tuple[str, ...]
     output: Path
 
@@ -175,6 +194,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="outstanding publisher confirms of the bench's publishers")  # fmt: skip
     add("--run-seconds", type=float, default=_env_float("BENCH_RUN_SECONDS", 45.0),
         help="a throughput run stops counting after this long (env BENCH_RUN_SECONDS)")  # fmt: skip
+    add("--scaling-workers", default=os.environ.get("BENCH_SCALING_WORKERS", "1,2,4"),
+        help="worker counts of the scaling phase (env BENCH_SCALING_WORKERS)")  # fmt: skip
     add("--phases", default=os.environ.get("BENCH_PHASES", ",".join(PHASES)),
         help="phases to run, comma-separated; they run in their fixed order"
         " (env BENCH_PHASES)")  # fmt: skip
@@ -186,7 +207,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         rounds=args.rounds,
         warmup=args.warmup,
         db_seconds=args.db_seconds,
-        db_clients=tuple(int(part) for part in args.db_clients.split(",") if part.strip()),
+        db_clients=_counts(args.db_clients),
         db_batch=args.db_batch,
         servers=args.servers,
         memories=args.memories,
@@ -197,9 +218,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
         create_seeded=args.create_seeded,
         window=args.window,
         run_seconds=args.run_seconds,
+        scaling_workers=_counts(args.scaling_workers),
         phases=tuple(name.strip() for name in args.phases.split(",") if name.strip()),
         output=args.output,
     )
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
 
 
 def _create_servers_for(args: argparse.Namespace) -> int:
@@ -209,10 +235,6 @@ def _create_servers_for(args: argparse.Namespace) -> int:
     room = max(1, Settings().max_server_memories - int(args.create_seeded) - 3)
     most = max(int(args.calls), round(args.latency_rate * args.latency_seconds)) + args.warmup
     return max(10, -(-int(most) // room))
-
-
-def _say(text: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
 class Phases:
@@ -231,95 +253,16 @@ class Phases:
 
     @contextlib.asynccontextmanager
     async def phase(self, name: str) -> AsyncIterator[None]:
-        _say(f"{name} ...")
+        say(f"{name} ...")
         started = time.perf_counter()
         try:
             yield
         except Exception as error:
             self.errors[name] = f"{type(error).__name__}: {error}"
             traceback.print_exc()
-            _say(f"{name} FAILED: {self.errors[name].splitlines()[0]}")
+            say(f"{name} FAILED: {self.errors[name].splitlines()[0]}")
         finally:
             self.seconds[name] = round(time.perf_counter() - started, 1)
-
-
-def _timeout(calls: int) -> float:
-    """Generous: a phase that takes this long is broken, not slow."""
-    return max(120.0, calls / 20)
-
-
-def _worker(
-    bench: Bench, name: str, database_url: str | None = None, env: Mapping[str, str] | None = None
-) -> tuple[Child, int]:
-    """`env`: more of the worker's environment (the tracing phase's OTEL_*)."""
-    port = free_port()
-    child = bench.child(
-        name,
-        "ltm",
-        "worker",
-        env=bench.services.env(
-            LTM_METRICS_PORT=str(port),
-            LTM_DATABASE_URL=database_url or bench.services.database_url,
-            **(env or {}),
-        ),
-    )
-    return child, port
-
-
-async def _start_worker(
-    bench: Bench, name: str, database_url: str | None = None, env: Mapping[str, str] | None = None
-) -> Child:
-    child, port = _worker(bench, name, database_url, env)
-    child.start()
-    await child.wait_http_ok(f"http://127.0.0.1:{port}/readyz")
-    return child
-
-
-async def _answered_by(
-    bench: Bench,
-    config: Config,
-    calls: CallMaker,
-    consumer: Child,
-    *,
-    prepublished: bool,
-    database_url: str | None = None,
-) -> RunFigure:
-    """`config.calls` calls answered by `consumer`, driven alike for every consumer compared."""
-    return await throughput_run(
-        bench,
-        consumer.name.replace("-", ""),
-        calls,
-        calls=config.calls,
-        warmup=0 if prepublished else config.warmup,
-        timeout=_timeout(config.calls),
-        consumer=consumer,
-        prepublished=prepublished,
-        database_url=database_url,
-    )
-
-
-async def _worker_run(
-    bench: Bench,
-    config: Config,
-    calls: CallMaker,
-    name: str,
-    *,
-    prepublished: bool,
-    database_url: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> tuple[RunFigure, float]:
-    """A fresh worker process answering `config.calls` calls: its figure and peak RSS."""
-    if prepublished:
-        worker, _ = _worker(bench, name, database_url, env)  # started once the queue is full
-    else:
-        worker = await _start_worker(bench, name, database_url, env)
-    try:
-        figure = await _answered_by(
-            bench, config, calls, worker, prepublished=prepublished, database_url=database_url
-        )
-        return figure, worker.peak_rss_mb()
-    finally:
-        await worker.terminate()
 
 
 async def _broker_loop(
@@ -358,36 +301,9 @@ async def _broker_loop(
         if not prepublished:
             loop.start()
             await loop.wait_file(ready)
-        return await _answered_by(bench, config, calls, loop, prepublished=prepublished)
+        return await answered_by(bench, config, calls, loop, prepublished=prepublished)
     finally:
         await loop.terminate()
-
-
-# A run of one round (its number given): a worker, or the broker-limit loop.
-Contender = Callable[[int], Awaitable[RunFigure]]
-
-
-async def _paired_rounds(
-    rounds: int,
-    first: tuple[str, Contender],
-    second: tuple[str, Contender],
-    note: Callable[[Mapping[str, RunFigure]], str] = lambda _: "",
-) -> list[dict[str, Any]]:
-    """Each round runs both contenders once, and keeps their figures and first's rate over
-    second's. Who goes first alternates, so that the machine's drift within a round favours
-    neither."""
-    kept: list[dict[str, Any]] = []
-    for number in range(1, rounds + 1):
-        order = (first, second) if number % 2 == 1 else (second, first)
-        run = {name: await contender(number) for name, contender in order}
-        (a, _), (b, _) = first, second
-        ratio = run[a].tps / run[b].tps
-        kept.append({a: run[a].as_dict(), b: run[b].as_dict(), "ratio": round(ratio, 3)})
-        _say(
-            f"  round {number}: {a} {run[a].tps:.0f} calls/s, {b} {run[b].tps:.0f} calls/s, "
-            f"ratio {ratio:.2f} {note(run)}".rstrip()
-        )
-    return kept
 
 
 async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
@@ -400,7 +316,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
     results: dict[str, Any] = {"config": {**asdict(config), "output": str(config.output)}}
     details: dict[str, Any] = {}
     workdir = Path(tempfile.mkdtemp(prefix=f"ltm-bench-{services.run_id}-"))
-    _say(f"database {services.database_url}, vhost {services.vhost}, logs in {workdir}")
+    say(f"database {services.database_url}, vhost {services.vhost}, logs in {workdir}")
     url = services.database_url
     connection = await aio_pika.connect(
         services.amqp_url, client_properties={"connection_name": "ltm-bench"}
@@ -424,7 +340,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
         await seed_servers(url, config.servers)
         seeded = await grow_memories(url, config.memories)
-        _say(f"seeded {config.memories} memories over {config.servers} servers in {seeded:.1f}s")
+        say(f"seeded {config.memories} memories over {config.servers} servers in {seeded:.1f}s")
         most = max(config.calls, config.peer_calls, config.memories)
         targets = await pick_targets(url, most, seed=1)
         updates = updates_of(targets)
@@ -434,7 +350,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 url, config.create_servers, memories_each=config.create_seeded
             )
             creations = creations_of(await pick_create_targets(url))
-            _say(
+            say(
                 f"seeded {config.create_servers} servers for creations,"
                 f" {config.create_seeded} memories each"
             )
@@ -442,7 +358,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         sample: Sample | None = None
         sample_path = workdir / "sample.json"
         async with phases.phase("sample"):
-            sampler = await _start_worker(bench, "worker-sample")
+            sampler = await start_worker(bench, "worker-sample")
             try:
                 sample = await capture(connection, services.topology, url, updates)
             finally:
@@ -461,7 +377,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         url, targets, sample, clients=clients, seconds=config.db_seconds
                     )
                     db_figures[clients] = db_figure
-                    _say(f"  db limit, {clients} client(s): {db_figure.tps:.0f} calls/s")
+                    say(f"  db limit, {clients} client(s): {db_figure.tps:.0f} calls/s")
                 details["db_limit"] = [db_limit.as_dict(f) for f in db_figures.values()]
                 if 1 in db_figures:
                     results["db_limit_tps"] = round(db_figures[1].tps, 1)
@@ -483,7 +399,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     )
                     details["db_limit"].append(db_limit.as_dict(batched))
                     results["db_limit_batched_tps"] = round(batched.tps, 1)
-                    _say(f"  db limit, 2 x {config.db_batch} calls: {batched.tps:.0f} calls/s")
+                    say(f"  db limit, 2 x {config.db_batch} calls: {batched.tps:.0f} calls/s")
 
         if phases.wanted("peer"):
             async with phases.phase("peer"):
@@ -507,14 +423,14 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         updates,
                         calls=config.peer_calls,
                         warmup=config.warmup,
-                        timeout=_timeout(config.peer_calls),
+                        timeout=run_timeout(config.peer_calls),
                         consumer=peer,
                     )
                     details["peer"] = {**figure.as_dict(), "rss_mb": round(peer.peak_rss_mb(), 1)}
                 finally:
                     await peer.terminate()
                 results["peer_tps"] = round(figure.tps, 1)
-                _say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
+                say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
 
         rss: list[float] = []
 
@@ -524,10 +440,10 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             database_url: str | None = None,
             env: Mapping[str, str] | None = None,
         ) -> Contender:
-            """A contender of `_paired_rounds`: a fresh worker each round, its peak RSS kept."""
+            """A contender of `paired_rounds`: a fresh worker each round, its peak RSS kept."""
 
             async def run(number: int) -> RunFigure:
-                figure, peak = await _worker_run(
+                figure, peak = await worker_run(
                     bench,
                     config,
                     run_calls,
@@ -550,7 +466,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         bench, config, sample_path, updates, publish="aio-pika", prepublished=False
                     )
 
-                rounds = await _paired_rounds(
+                rounds = await paired_rounds(
                     config.rounds,
                     ("worker", fresh_workers("paired", updates)),
                     ("broker_limit", loop_run),
@@ -571,7 +487,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 )
                 details["broker_limit_aiormq"] = figure.as_dict()
                 results["broker_limit_aiormq_tps"] = round(figure.tps, 1)
-                _say(f"  broker loop on aiormq: {figure.tps:.0f} calls/s")
+                say(f"  broker loop on aiormq: {figure.tps:.0f} calls/s")
 
         if phases.wanted("prepublished"):
             async with phases.phase("prepublished"):
@@ -581,33 +497,33 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 )
                 details["broker_limit_prepublished"] = figure.as_dict()
                 results["broker_limit_prepublished_tps"] = round(figure.tps, 1)
-                figure, peak = await _worker_run(
+                figure, peak = await worker_run(
                     bench, config, updates, "worker-prepublished", prepublished=True
                 )
                 rss.append(peak)
                 details["throughput_prepublished"] = figure.as_dict()
                 results["throughput_prepublished"] = round(figure.tps, 1)
-                _say(
+                say(
                     f"  on a full queue: broker loop {results['broker_limit_prepublished_tps']:.0f}"
                     f" calls/s, worker {figure.tps:.0f} calls/s"
                 )
 
         if phases.wanted("latency"):
             async with phases.phase("latency"):
-                worker = await _start_worker(bench, "worker-latency")
+                worker = await start_worker(bench, "worker-latency")
                 latency = await latency_run(
                     bench,
                     updates,
                     rate=config.latency_rate,
                     seconds=config.latency_seconds,
                     warmup=config.warmup,
-                    timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
+                    timeout=run_timeout(int(config.latency_rate * config.latency_seconds)),
                 )
                 details["latency"] = latency.as_dict()
                 results["p50_ms"] = round(latency.p50_ms, 2)
                 results["p95_ms"] = round(latency.p95_ms, 2)
                 results["p99_ms"] = round(latency.p99_ms, 2)
-                _say(
+                say(
                     f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
                     f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
                     f"(after {latency.settled.waited_s:.1f}s settling"
@@ -620,7 +536,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             async with phases.phase("tracing"), SpanSink() as sink:
                 traced = sink.env("ltm-worker")
                 untraced = {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "none"}
-                rounds = await _paired_rounds(
+                rounds = await paired_rounds(
                     config.rounds,
                     ("on", fresh_workers("traced", updates, env=traced)),
                     ("off", fresh_workers("untraced", updates, env=untraced)),
@@ -631,23 +547,20 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results["tracing_on_vs_off"] = round(median(r["ratio"] for r in rounds), 3)
                 latencies: dict[str, dict[str, Any]] = {}
                 for label, env in (("off", untraced), ("on", traced)):
-                    worker = await _start_worker(bench, f"worker-latency-{label}", env=env)
-                    try:
-                        latency = await latency_run(
-                            bench,
-                            updates,
-                            rate=config.latency_rate,
-                            seconds=config.latency_seconds,
-                            warmup=config.warmup,
-                            timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
-                        )
-                    finally:
-                        rss.append(worker.peak_rss_mb())
-                        await worker.terminate()
+                    latency, peak = await worker_latency(
+                        bench,
+                        updates,
+                        f"worker-latency-{label}",
+                        rate=config.latency_rate,
+                        seconds=config.latency_seconds,
+                        warmup=config.warmup,
+                        env=env,
+                    )
+                    rss.append(peak)
                     latencies[label] = latency.as_dict()
                     results[f"tracing_{label}_p50_ms"] = round(latency.p50_ms, 2)
                     results[f"tracing_{label}_p99_ms"] = round(latency.p99_ms, 2)
-                    _say(
+                    say(
                         f"  tracing {label} at {latency.offered_rate:.0f}/s: "
                         f"p50 {latency.p50_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
                     )
@@ -659,7 +572,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("create_throughput"):
             async with phases.phase("create_throughput"):
                 assert creations is not None
-                sampler = await _start_worker(bench, "worker-sample-create")
+                sampler = await start_worker(bench, "worker-sample-create")
                 try:
                     create_sample = await capture(
                         connection,
@@ -687,7 +600,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         label="-create",
                     )
 
-                rounds = await _paired_rounds(
+                rounds = await paired_rounds(
                     config.rounds,
                     ("worker", fresh_workers("create", creations)),
                     ("broker_limit", create_loop_run),
@@ -703,20 +616,20 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("create_latency"):
             async with phases.phase("create_latency"):
                 assert creations is not None
-                worker = await _start_worker(bench, "worker-latency-create")
+                worker = await start_worker(bench, "worker-latency-create")
                 latency = await latency_run(
                     bench,
                     creations,
                     rate=config.latency_rate,
                     seconds=config.latency_seconds,
                     warmup=config.warmup,
-                    timeout=_timeout(int(config.latency_rate * config.latency_seconds)),
+                    timeout=run_timeout(int(config.latency_rate * config.latency_seconds)),
                 )
                 details["create_latency"] = latency.as_dict()
                 results["create_p50_ms"] = round(latency.p50_ms, 2)
                 results["create_p95_ms"] = round(latency.p95_ms, 2)
                 results["create_p99_ms"] = round(latency.p99_ms, 2)
-                _say(
+                say(
                     f"  creations at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
                     f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
                     f"({latency.failures} not saved)"
@@ -734,10 +647,10 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     await seed_servers(big_url, config.servers)
                     grown = await grow_memories(big_url, config.big_memories)
                     stored = await memory_count(big_url)
-                    _say(f"  grew a second database to {stored} memories in {grown:.1f}s")
+                    say(f"  grew a second database to {stored} memories in {grown:.1f}s")
                     big_targets = await pick_targets(big_url, config.calls, seed=2)
                     # Calls per second with 10k over those with 1M: time per call, 1M over 10k.
-                    cost_rounds = await _paired_rounds(
+                    cost_rounds = await paired_rounds(
                         config.rounds,
                         ("small", fresh_workers("small", updates, url)),
                         ("big", fresh_workers("big", updates_of(big_targets), big_url)),
@@ -751,6 +664,32 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     "rounds": cost_rounds,
                 }
                 results["cost_1m_vs_10k"] = round(median(r["ratio"] for r in cost_rounds), 3)
+
+        if phases.wanted("scaling"):
+            async with phases.phase("scaling"):
+                figures, details["scaling_rounds"], peaks = await measure_scaling(
+                    bench,
+                    updates,
+                    ScalingPlan(config.scaling_workers, config.rounds, config.calls, config.warmup),
+                )
+                results.update(figures)
+                rss += peaks
+
+        if phases.wanted("cluster"):
+            async with phases.phase("cluster"):
+                figures, details["cluster"], peaks = await measure_cluster(
+                    bench,
+                    updates,
+                    ClusterPlan(
+                        config.rounds,
+                        config.calls,
+                        config.warmup,
+                        config.latency_rate,
+                        config.latency_seconds,
+                    ),
+                )
+                results.update(figures)
+                rss += peaks
 
         if phases.wanted("rss"):
             async with phases.phase("rss"):
@@ -960,6 +899,8 @@ def render_table(results: dict[str, Any]) -> str:
             target("create_p99_ms"),
             verdict("create_p99_ms"),
         ),
+        *scaling_rows(results),
+        *cluster_rows(results),
         ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
         (
             "cost_1m_vs_10k",

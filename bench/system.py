@@ -9,6 +9,7 @@ process publishes at a fixed rate and takes both timestamps itself, publish to r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import orjson
 from aio_pika.abc import AbstractConnection
 
 from bench.amqp import CallPublisher, OutgoingCall, ResultCounter, Tally, outgoing_call
+from bench.cpu import CpuMeter, CpuSplit
 from bench.machine import Settled, settle
 from bench.processes import Child
 from bench.services import BenchServices
@@ -80,6 +82,7 @@ class RunFigure:
     publish_rate: float | None
     statuses: dict[str, int]
     capped: bool  # stopped after `max_run_seconds` with calls still queued
+    cpu: CpuSplit | None = None  # where the CPU went, when the run was metered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +93,7 @@ class RunFigure:
             "failures": self.failures,
             "publish_rate": None if self.publish_rate is None else round(self.publish_rate, 1),
             "statuses": self.statuses,
+            **({} if self.cpu is None else {"cpu": self.cpu.as_dict()}),
         }
 
 
@@ -168,51 +172,29 @@ async def throughput_run(
     consumer: Child | None = None,
     prepublished: bool = False,
     database_url: str | None = None,
+    meter: CpuMeter | None = None,
 ) -> RunFigure:
     """Sustained answered calls per second of whatever consumes the worker queue now.
 
     The publisher is a separate process. With `prepublished`, every call is in the queue
     before `consumer` (not yet started) is started; otherwise the publisher runs while the
     consumer (already running) answers. `database_url`: the consumer's database, when it is
-    not the bench's own.
+    not the bench's own. `meter`: samples the CPU from the first result seen to the last, so
+    that the split covers the sustained part of the run only.
     """
     await reset_calls(database_url or bench.services.database_url)
     if not prepublished:
         await warm_up(bench, make_calls, warmup, timeout)
     run = bench.run_name(base)
-    path = bench.workdir / f"{run}.jsonl"
-    path.write_bytes(b"\n".join(call_line(make_calls(f"{run}:{i}", i)) for i in range(calls)))
     tally = bench.counter.expect(run, calls)
-    publisher = bench.child(
-        f"{run}-publisher",
-        "bench.publisher",
-        "--amqp-url",
-        bench.services.amqp_url,
-        "--prefix",
-        bench.services.amqp_prefix,
-        "--file",
-        str(path),
-        "--window",
-        str(bench.window),
-        env=bench.services.env(),
-    ).start()
+    publisher = _publisher(bench, run, make_calls, calls).start()
     if prepublished:
         code = await publisher.wait_exit(timeout)
         if code != 0:
             raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
         assert consumer is not None, "a prepublished run starts its consumer"
         consumer.start()
-    deadline = time.monotonic() + timeout
-    capped = False
-    while not tally.done.is_set():
-        if consumer is not None:
-            consumer.check_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{run}: {tally.count} of {calls} results within {timeout}s")
-        if tally.first is not None and time.perf_counter() - tally.first > bench.max_run_seconds:
-            capped = True
-            break
-        await asyncio.sleep(0.1)
+    capped, cpu = await _counted(bench, run, tally, timeout=timeout, consumer=consumer, meter=meter)
     publish_rate: float | None = None
     if capped:
         # Enough for a sustained rate; the rest of the calls would only make the bench long.
@@ -234,7 +216,57 @@ async def throughput_run(
         publish_rate=publish_rate,
         statuses=dict(tally.statuses),
         capped=capped,
+        cpu=cpu,
     )
+
+
+def _publisher(bench: Bench, run: str, make_calls: CallMaker, calls: int) -> Child:
+    """The separate process that publishes the run's calls, written to a file beforehand."""
+    path = bench.workdir / f"{run}.jsonl"
+    path.write_bytes(b"\n".join(call_line(make_calls(f"{run}:{i}", i)) for i in range(calls)))
+    return bench.child(
+        f"{run}-publisher",
+        "bench.publisher",
+        "--amqp-url",
+        bench.services.amqp_url,
+        "--prefix",
+        bench.services.amqp_prefix,
+        "--file",
+        str(path),
+        "--window",
+        str(bench.window),
+        env=bench.services.env(),
+    )
+
+
+async def _counted(
+    bench: Bench,
+    run: str,
+    tally: Tally,
+    *,
+    timeout: float,
+    consumer: Child | None,
+    meter: CpuMeter | None,
+) -> tuple[bool, CpuSplit | None]:
+    """Until every result of the run came, or `max_run_seconds` after the first (capped);
+    whether it was capped, and the CPU split from the first result seen to the end."""
+    deadline = time.monotonic() + timeout
+    metering = False
+    while not tally.done.is_set():
+        if consumer is not None:
+            consumer.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{run}: {tally.count} of {tally.expected} results in {timeout}s")
+        if meter is not None and not metering and tally.first is not None:
+            meter.begin(tally.count)
+            metering = True
+        if tally.first is not None and time.perf_counter() - tally.first > bench.max_run_seconds:
+            break
+        # Woken by the last result at once: a metered run ends on it, not up to 0.1 s later.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tally.done.wait(), 0.1)
+    cpu = meter.end(tally.count) if meter is not None and metering else None
+    return not tally.done.is_set(), cpu
 
 
 async def _quiet(tally: Tally, *, seconds: float = 1.0, limit: float = 15.0) -> None:

@@ -1,0 +1,54 @@
+"""Runs compared with each other, taken in turns, and the progress lines the bench prints.
+
+The machine's speed drifts within minutes, so runs are only compared with runs made next to
+them: each round runs every contender once, in an order that turns round each round, and a
+figure of several rounds is the median of the rounds' figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from bench.system import RunFigure
+
+__all__ = ["Contender", "paired_rounds", "say", "turn_order"]
+
+T = TypeVar("T")
+
+# A run of one round (its number given): a worker, or the broker-limit loop.
+Contender = Callable[[int], Awaitable[RunFigure]]
+
+
+def say(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def turn_order(contenders: Sequence[T], number: int) -> list[T]:
+    """The order of round `number` (from 1): as given in odd rounds, reversed in even ones, so
+    that the drift within a round favours no contender."""
+    return list(contenders) if number % 2 == 1 else list(reversed(contenders))
+
+
+async def paired_rounds(
+    rounds: int,
+    first: tuple[str, Contender],
+    second: tuple[str, Contender],
+    note: Callable[[Mapping[str, RunFigure]], str] = lambda _: "",
+) -> list[dict[str, Any]]:
+    """Each round runs both contenders once, and keeps their figures and first's rate over
+    second's. Who goes first alternates, so that the machine's drift within a round favours
+    neither."""
+    kept: list[dict[str, Any]] = []
+    for number in range(1, rounds + 1):
+        order = turn_order((first, second), number)
+        run = {name: await contender(number) for name, contender in order}
+        (a, _), (b, _) = first, second
+        ratio = run[a].tps / run[b].tps
+        kept.append({a: run[a].as_dict(), b: run[b].as_dict(), "ratio": round(ratio, 3)})
+        say(
+            f"  round {number}: {a} {run[a].tps:.0f} calls/s, {b} {run[b].tps:.0f} calls/s, "
+            f"ratio {ratio:.2f} {note(run)}".rstrip()
+        )
+    return kept
