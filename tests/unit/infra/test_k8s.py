@@ -39,6 +39,21 @@ KEDA_CRDS = {
     "ScaledObject": SCHEMAS / "keda.sh_scaledobjects.yaml",
     "TriggerAuthentication": SCHEMAS / "keda.sh_triggerauthentications.yaml",
 }
+# What KEDA's rabbitmq scaler reads from a trigger's metadata, and from its authentication
+# (KEDA v2.20.2, pkg/scalers/rabbitmq_scaler.go): the schema leaves both maps free-form.
+RABBITMQ_TRIGGER_METADATA = frozenset(
+    {
+        "queueName", "mode", "queueLength", "value", "activationValue", "host", "protocol",
+        "vhostName", "useRegex", "excludeUnacknowledged", "pageSize", "operation", "timeout",
+        "unsafeSsl",
+    }
+)  # fmt: skip
+RABBITMQ_AUTH_PARAMETERS = frozenset(
+    {
+        "host", "protocol", "vhostName", "username", "password", "ca", "cert", "key",
+        "keyPassword", "tls", "workloadIdentityResource",
+    }
+)  # fmt: skip
 # Settings the manifests set before infra/settings.py has them: the replication factor comes
 # with the broker-failover work. Once Settings has it, this changes nothing.
 AWAITED_SETTINGS = frozenset({"LTM_AMQP_REPLICAS"})
@@ -366,6 +381,7 @@ def test_keda_scales_the_worker_on_the_depth_of_its_queue() -> None:
     [trigger] = scaled["triggers"]
     assert trigger["type"] == "rabbitmq"
     metadata = trigger["metadata"]
+    assert set(metadata) <= RABBITMQ_TRIGGER_METADATA
     assert metadata["mode"] == "QueueLength" and metadata["protocol"] == "amqp"
     assert metadata["queueName"] == Topology(_config()["LTM_AMQP_PREFIX"]).worker_queue
     assert metadata["queueName"] == Topology(DEFAULT_PREFIX).worker_queue
@@ -374,6 +390,7 @@ def test_keda_scales_the_worker_on_the_depth_of_its_queue() -> None:
 
     authentication = _named("TriggerAuthentication", trigger["authenticationRef"]["name"])
     [reference] = authentication["spec"]["secretTargetRef"]
+    assert reference["parameter"] in RABBITMQ_AUTH_PARAMETERS
     assert reference["parameter"] == "host"
     assert reference["name"] == "ltm-worker"
     assert reference["key"] in _generated_secrets()["ltm-worker"]
