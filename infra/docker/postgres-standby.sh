@@ -7,10 +7,11 @@
 set -eu
 
 primary=${LTM_PRIMARY_HOST:-postgres-primary}
+port=${LTM_PRIMARY_PORT:-5432}
 secrets=${LTM_SECRETS_DIR:-/run/secrets}
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
-    until pg_isready --host "$primary" --quiet; do
+    until pg_isready --host "$primary" --port "$port" --quiet; do
         echo "standby: waiting for $primary"
         sleep 1
     done
@@ -18,6 +19,6 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     PGPASSWORD=$(cat "$secrets/db-replication-password") \
         gosu postgres pg_basebackup --pgdata "$PGDATA" --write-recovery-conf \
         --wal-method stream --checkpoint fast --progress \
-        --dbname "host=$primary port=5432 user=ltm_replicator application_name=ltm_standby"
+        --dbname "host=$primary port=$port user=ltm_replicator application_name=ltm_standby"
 fi
 exec docker-entrypoint.sh postgres
