@@ -29,7 +29,8 @@ secret() {
 
 for name in postgres-password \
     db-worker-password db-gateway-password db-operator-password \
-    broker-worker-password broker-bot-password broker-operator-password; do
+    broker-worker-password broker-bot-password broker-operator-password \
+    db-replication-password erlang-cookie; do
     password "$name"
 done
 
@@ -44,5 +45,23 @@ url worker-amqp-url "amqp://ltm-worker:$(secret broker-worker-password)@$broker"
 url bot-amqp-url "amqp://ltm-bot:$(secret broker-bot-password)@$broker"
 url operator-amqp-url "amqp://ltm-operator:$(secret broker-operator-password)@$broker"
 
+# The profile `cluster`: every broker node in each URL (the processes fail over between them),
+# and both database hosts, libpq connecting to whichever accepts writes.
+nodes() {
+    printf 'amqp://%s:%s@rabbitmq-1:5672/ltm,amqp://%s:%s@rabbitmq-2:5672/ltm,amqp://%s:%s@rabbitmq-3:5672/ltm' \
+        "$1" "$2" "$1" "$2" "$1" "$2"
+}
+hosts=postgres-primary:5432,postgres-standby:5432/ltm?target_session_attrs=read-write
+url cluster-admin-database-url "postgresql://ltm_admin:$(secret postgres-password)@$hosts"
+url cluster-worker-database-url "postgresql://ltm_worker_login:$(secret db-worker-password)@$hosts"
+url cluster-gateway-database-url "postgresql://ltm_gateway_login:$(secret db-gateway-password)@$hosts"
+url cluster-operator-database-url "postgresql://ltm_operator_login:$(secret db-operator-password)@$hosts"
+url cluster-worker-amqp-url "$(nodes ltm-worker "$(secret broker-worker-password)")"
+url cluster-bot-amqp-url "$(nodes ltm-bot "$(secret broker-bot-password)")"
+url cluster-operator-amqp-url "$(nodes ltm-operator "$(secret broker-operator-password)")"
+
 chmod 644 "$dir"/*
+# The Erlang cookie is copied into each node's own file by its entrypoint; still, no one
+# else reads it here.
+chmod 600 "$dir/erlang-cookie"
 echo "secrets in $dir: $(ls "$dir" | wc -l) files"

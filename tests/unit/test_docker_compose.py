@@ -29,6 +29,24 @@ ROLE_SECRETS = {
     "operator": ("operator-amqp-url", "operator-database-url"),
 }
 OBSERVABILITY_SERVICES = ("prometheus", "grafana", "jaeger")
+# The profile `cluster`: three broker nodes, a primary and its synchronous standby, and the
+# service's own processes on them.
+BROKER_NODES = ("rabbitmq-1", "rabbitmq-2", "rabbitmq-3")
+DATABASE_HOSTS = ("postgres-primary", "postgres-standby")
+CLUSTER_LTM_SERVICES = (
+    "cluster-broker-definitions",
+    "cluster-migrate",
+    "cluster-worker",
+    "cluster-gateway",
+    "cluster-operator",
+)
+CLUSTER_SERVICES = (*BROKER_NODES, *DATABASE_HOSTS, *CLUSTER_LTM_SERVICES)
+# Each cluster process's role: its broker user and database login, as URLs in secrets.
+CLUSTER_ROLES = {
+    "cluster-worker": ("ltm-worker", "ltm_worker_login"),
+    "cluster-gateway": ("ltm-bot", "ltm_gateway_login"),
+    "cluster-operator": ("ltm-operator", "ltm_operator_login"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +62,20 @@ def _command(service: dict[str, Any]) -> str:
 
 
 def test_the_services(services: dict[str, Any]) -> None:
-    assert set(services) == {"rabbitmq", "postgres", *LTM_SERVICES, *OBSERVABILITY_SERVICES}
+    assert set(services) == {
+        "rabbitmq",
+        "postgres",
+        *LTM_SERVICES,
+        *OBSERVABILITY_SERVICES,
+        *CLUSTER_SERVICES,
+    }
     assert services["rabbitmq"]["image"] == "rabbitmq:3.13-management"
     assert services["postgres"]["image"] == "postgres:15"
-    for name in LTM_SERVICES:
+    for name in BROKER_NODES:
+        assert services[name]["image"] == services["rabbitmq"]["image"], name
+    for name in DATABASE_HOSTS:
+        assert services[name]["image"] == services["postgres"]["image"], name
+    for name in (*LTM_SERVICES, *CLUSTER_LTM_SERVICES):
         assert services[name]["build"]["dockerfile"] == "infra/docker/Dockerfile", name
 
 
@@ -317,12 +345,13 @@ def _compose_command() -> list[str] | None:
     return [legacy] if legacy is not None else None
 
 
-def test_compose_accepts_the_file() -> None:
+@pytest.mark.parametrize("profile", ["observability", "cluster"])
+def test_compose_accepts_the_file(profile: str) -> None:
     compose = _compose_command()
     if compose is None:
         pytest.skip("neither `docker compose` nor `docker-compose` is installed")
     result = subprocess.run(
-        [*compose, "-f", str(COMPOSE_FILE), "--profile", "observability", "config", "-q"],
+        [*compose, "-f", str(COMPOSE_FILE), "--profile", profile, "config", "-q"],
         check=False,
         capture_output=True,
         text=True,
@@ -330,3 +359,193 @@ def test_compose_accepts_the_file() -> None:
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
+
+
+# -- profile `cluster` ------------------------------------------------------------------------
+
+
+def _conf(path: Path) -> dict[str, str]:
+    """A rabbitmq.conf's settings (key = value lines)."""
+    settings = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+@pytest.fixture(scope="module")
+def cluster_secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("cluster") / "secrets"
+    subprocess.run(["sh", str(SECRETS_SCRIPT), str(folder)], check=True, capture_output=True)
+    return {path.name: path.read_text().strip() for path in folder.iterdir()}
+
+
+def _secret_of(service: dict[str, Any], variable: str) -> str:
+    path = service["environment"][variable]
+    name = Path(path).name
+    assert path == f"/run/secrets/{name}" and name in service["secrets"], variable
+    return name
+
+
+def test_the_cluster_is_an_optional_profile(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        if name in CLUSTER_SERVICES:
+            assert service.get("profiles") == ["cluster"], name
+        else:
+            assert "cluster" not in (service.get("profiles") or []), name
+
+
+def test_the_broker_nodes_form_one_cluster(services: dict[str, Any]) -> None:
+    mounts = [_mounts(services[name]) for name in BROKER_NODES]
+    config = mounts[0]["/etc/rabbitmq/conf.d/30-ltm-cluster.conf"]
+    settings = _conf(config)
+    assert settings["cluster_formation.peer_discovery_backend"] == "classic_config"
+    listed = {
+        value for key, value in settings.items() if key.startswith("cluster_formation.classic_")
+    }
+    # A node is rabbit@<its hostname>: the list names each node of the file, once.
+    assert listed == {f"rabbit@{services[name]['hostname']}" for name in BROKER_NODES}
+    assert {services[name]["hostname"] for name in BROKER_NODES} == set(BROKER_NODES)
+    # Leaders spread over the nodes; every quorum queue gets to 3 members.
+    assert settings["queue_leader_locator"] == "balanced"
+    assert settings["quorum_queue.continuous_membership_reconciliation.enabled"] == "true"
+    assert settings["quorum_queue.continuous_membership_reconciliation.target_group_size"] == "3"
+    for name, node_mounts in zip(BROKER_NODES, mounts, strict=True):
+        node = services[name]
+        assert node_mounts == mounts[0], name  # the same files on each node
+        assert all(path.is_file() for path in node_mounts.values()), name
+        assert f"{name}-data:/var/lib/rabbitmq" in node["volumes"]
+        assert "rabbitmq-cluster-definitions:/etc/rabbitmq/definitions:ro" in node["volumes"]
+        assert node["healthcheck"]["test"] == services["rabbitmq"]["healthcheck"]["test"]
+        assert node["depends_on"] == {
+            "cluster-broker-definitions": {"condition": "service_completed_successfully"}
+        }
+
+
+def test_the_broker_nodes_share_the_erlang_cookie_from_a_secret(
+    services: dict[str, Any],
+) -> None:
+    for name in BROKER_NODES:
+        node = services[name]
+        assert node["secrets"] == ["erlang-cookie"], name
+        [script_path] = node["entrypoint"][1:]
+        script = _mounts(node)[script_path].read_text(encoding="utf-8")
+        # Copied where Erlang reads it, readable by the node's user alone.
+        assert "/run/secrets/erlang-cookie" in script
+        assert "install -m 400 -o rabbitmq -g rabbitmq" in script
+        assert "/var/lib/rabbitmq/.erlang.cookie" in script
+        assert script.rstrip().endswith("exec docker-entrypoint.sh rabbitmq-server")
+        assert "RABBITMQ_ERLANG_COOKIE" not in node.get("environment", {})
+
+
+def test_the_cluster_definitions_declare_every_queue_on_three_nodes(
+    services: dict[str, Any],
+) -> None:
+    definitions = services["cluster-broker-definitions"]
+    assert _command(definitions) == _command(services["broker-definitions"])
+    assert definitions["environment"]["LTM_AMQP_REPLICAS"] == "3"
+    assert definitions["volumes"] == ["rabbitmq-cluster-definitions:/home/ltm/definitions"]
+
+
+def test_the_database_has_a_synchronous_standby(services: dict[str, Any]) -> None:
+    primary, standby = (services[name] for name in DATABASE_HOSTS)
+    primary_mounts = _mounts(primary)
+    assert primary_mounts["/docker-entrypoint-initdb.d/10-ltm-logins.sh"] == (
+        ROOT / "infra/docker/postgres-logins.sh"
+    )
+    replication = primary_mounts["/docker-entrypoint-initdb.d/20-ltm-replication.sh"]
+    replication_script = replication.read_text(encoding="utf-8")
+    assert "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (ltm_standby)'" in (
+        replication_script
+    )
+    assert "host replication ltm_replicator all scram-sha-256" in replication_script
+    assert "db-replication-password" in primary["secrets"]
+
+    [script_path] = standby["entrypoint"][1:]
+    standby_script = _mounts(standby)[script_path].read_text(encoding="utf-8")
+    # The copy writes the connection it streams from, named as the primary waits for it.
+    assert "pg_basebackup" in standby_script and "--write-recovery-conf" in standby_script
+    assert "user=ltm_replicator application_name=ltm_standby" in standby_script
+    assert standby["environment"]["LTM_PRIMARY_HOST"] == "postgres-primary"
+    assert standby["secrets"] == ["db-replication-password"]
+    assert standby["depends_on"] == {"postgres-primary": {"condition": "service_healthy"}}
+    assert "pg_is_in_recovery()" in " ".join(standby["healthcheck"]["test"])
+    assert primary["healthcheck"]["test"] == services["postgres"]["healthcheck"]["test"]
+
+
+@pytest.mark.parametrize("name", CLUSTER_LTM_SERVICES)
+def test_every_cluster_process_replicates_queues_on_three_nodes(
+    services: dict[str, Any], name: str
+) -> None:
+    environment = services[name]["environment"]
+    assert environment["LTM_AMQP_REPLICAS"] == "3"
+    assert environment["LTM_AMQP_PREFIX"] == services["worker"]["environment"]["LTM_AMQP_PREFIX"]
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTER_ROLES))
+def test_every_cluster_process_names_all_three_nodes_and_both_database_hosts(
+    services: dict[str, Any], cluster_secrets: dict[str, str], name: str
+) -> None:
+    service = services[name]
+    broker_user, database_login = CLUSTER_ROLES[name]
+    amqp_url = cluster_secrets[_secret_of(service, "LTM_AMQP_URL_FILE")]
+    database_url = cluster_secrets[_secret_of(service, "LTM_DATABASE_URL_FILE")]
+    node_urls = amqp_url.split(",")
+    assert [re.sub(r"^amqp://[^@]+@", "", url) for url in node_urls] == [
+        f"{node}:5672/ltm" for node in BROKER_NODES
+    ]
+    assert all(url.startswith(f"amqp://{broker_user}:") for url in node_urls)
+    assert re.fullmatch(
+        rf"postgresql://{database_login}:[A-Za-z0-9]+@postgres-primary:5432,"
+        r"postgres-standby:5432/ltm\?target_session_attrs=read-write",
+        database_url,
+    )
+    assert len(service["secrets"]) == 2  # its own role's URLs, nothing else
+
+
+@pytest.mark.parametrize("name", ["cluster-worker", "cluster-gateway", "cluster-operator"])
+def test_cluster_processes_start_once_every_node_is_healthy(
+    services: dict[str, Any], name: str
+) -> None:
+    depends_on = services[name]["depends_on"]
+    for node in BROKER_NODES:
+        assert depends_on[node] == {"condition": "service_healthy"}, node
+    if name != "cluster-operator":
+        assert depends_on["cluster-migrate"] == {"condition": "service_completed_successfully"}
+
+
+def test_the_cluster_migrates_once_the_standby_streams(
+    services: dict[str, Any], cluster_secrets: dict[str, str]
+) -> None:
+    migrate = services["cluster-migrate"]
+    assert migrate["command"] == ["migrate", "--roles"]
+    # Every commit on the primary waits for the standby: without it, the migration would hang.
+    assert migrate["depends_on"] == {
+        name: {"condition": "service_healthy"} for name in DATABASE_HOSTS
+    }
+    admin_url = cluster_secrets[_secret_of(migrate, "LTM_DATABASE_URL_FILE")]
+    assert admin_url.startswith("postgresql://ltm_admin:")
+    assert "postgres-primary:5432,postgres-standby:5432" in admin_url
+
+
+@pytest.mark.parametrize("name", ["worker", "gateway"])
+def test_the_cluster_processes_run_and_check_as_the_single_node_ones(
+    services: dict[str, Any], name: str
+) -> None:
+    single, clustered = services[name], services[f"cluster-{name}"]
+    for key in ("command", "expose", "healthcheck"):
+        assert clustered[key] == single[key], key
+    assert clustered["environment"]["LTM_METRICS_HOST"] == "0.0.0.0"
+    if name == "worker":
+        assert clustered["environment"]["LTM_TRUSTED_PUBLISHERS"] == "ltm-bot,ltm-operator"
+        assert clustered["stop_grace_period"] == single["stop_grace_period"]
+
+
+def test_the_erlang_cookie_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    folder = tmp_path / "secrets"
+    subprocess.run(["sh", str(SECRETS_SCRIPT), str(folder)], check=True, capture_output=True)
+    cookie = folder / "erlang-cookie"
+    assert re.fullmatch(r"[A-Za-z0-9]{32}\n?", cookie.read_text())
+    assert (cookie.stat().st_mode & 0o777) == 0o600
+    assert ((folder / "cluster-worker-amqp-url").stat().st_mode & 0o777) == 0o644
