@@ -26,7 +26,7 @@ import yaml
 
 from contracts import DEFAULT_PREFIX, Topology
 from infra.settings import SECRET_SETTINGS, Settings, environment_variable
-from worker.cli import build_parser
+from ltm.arguments import build_parser
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "infra" / "k8s"
