@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.localnodes import MachineServices, started_pair
 from infra.localnodes import PostgresPair
 from infra.localnodes.configuration import postgres_settings
 from infra.localnodes.host import chown_to_postgres, free_port, wait_until
 from infra.localnodes.postgres import PostgresInstance
-from tests.support.localnodes import MachineServices, started_pair
 
 pytestmark = pytest.mark.localnodes
 
