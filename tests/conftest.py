@@ -1,4 +1,5 @@
-"""Fixtures of every test: one database and one broker virtual host per test run."""
+"""Fixtures of every test: one database and one broker virtual host per test run, and the
+run's own broker nodes and PostgreSQL instances for the tests that ask for them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,25 @@ import pytest
 
 from harness.services import TestServices, test_services
 from infra.settings import Settings
+from tests.support.localnodes import (
+    localnodes_tls,
+    machine_services,
+    postgres_pair,
+    rabbit_cluster,
+    tls_node,
+    tls_postgres,
+)
+
+# Our own broker nodes and PostgreSQL instances, opt-in: only the tests that name them start
+# anything. Defined here once, so that the session's cluster is one for every package's tests.
+__all__ = [
+    "localnodes_tls",
+    "machine_services",
+    "postgres_pair",
+    "rabbit_cluster",
+    "tls_node",
+    "tls_postgres",
+]
 
 
 @pytest.fixture(scope="session")

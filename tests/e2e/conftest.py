@@ -15,23 +15,8 @@ from harness.services import TestServices
 from harness.world import World
 from infra.settings import Settings
 from infra.topology import declare_topology
-from tests.support.localnodes import (
-    localnodes_tls,
-    machine_services,
-    rabbit_cluster,
-    tls_node,
-    tls_postgres,
-)
 
-# Opt-in: only the tests that name them start a node or an instance of their own.
-__all__ = [
-    "localnodes_tls",
-    "machine_services",
-    "new_worker",
-    "rabbit_cluster",
-    "tls_node",
-    "tls_postgres",
-]
+__all__ = ["new_worker"]
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from contracts import MemoryStatus
 from harness.localnodes import MachineServices, started_pair
 from infra.localnodes import RabbitCluster
 
-CALLS = 300
+CALLS = 200
 
 
 @pytest.mark.slow
