@@ -45,7 +45,8 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    in rounds taken in turns: `cluster_tps`, `single_node_tps`, `cluster_ratio` (cluster over
    single node, the median of the rounds'), then `cluster_p99_ms` and `single_node_p99_ms` at
    the latency run's rate. On one machine the cluster is slower: reported, no target.
-7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run.
+7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run with tracing
+   off; `tracing_on_rss_mb`, that of the traced ones (the SDK and its exporter loaded).
 
 Prints a table with each target (met / not met; a missed target does not fail the run) and
 writes `bench/results.json`. Exit status 1 only when a phase could not be measured.
@@ -433,6 +434,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 say(f"  peer (FastStream): {figure.tps:.0f} calls/s")
 
         rss: list[float] = []
+        rss_traced: list[float] = []  # tracing on loads the SDK and its exporter: apart
 
         def fresh_workers(
             label: str,
@@ -452,7 +454,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     database_url=database_url,
                     env=env,
                 )
-                rss.append(peak)
+                (rss_traced if label == "traced" else rss).append(peak)
                 return figure
 
             return run
@@ -556,7 +558,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         warmup=config.warmup,
                         env=env,
                     )
-                    rss.append(peak)
+                    (rss_traced if label == "on" else rss).append(peak)
                     latencies[label] = latency.as_dict()
                     results[f"tracing_{label}_p50_ms"] = round(latency.p50_ms, 2)
                     results[f"tracing_{label}_p99_ms"] = round(latency.p99_ms, 2)
@@ -697,6 +699,8 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     raise RuntimeError("no worker process was measured")
                 results["rss_mb"] = round(max(rss), 1)
                 details["rss_mb_per_worker"] = [round(value, 1) for value in rss]
+                if rss_traced:
+                    results["tracing_on_rss_mb"] = round(max(rss_traced), 1)
     finally:
         if bench is not None:
             for child in bench.children:
@@ -902,6 +906,7 @@ def render_table(results: dict[str, Any]) -> str:
         *scaling_rows(results),
         *cluster_rows(results),
         ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
+        ("tracing_on_rss_mb", _fmt(results.get("tracing_on_rss_mb"), " MB"), "", ""),
         (
             "cost_1m_vs_10k",
             _fmt(results.get("cost_1m_vs_10k"), " x"),
