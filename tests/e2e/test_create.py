@@ -27,6 +27,7 @@ from harness.broker import own_topology, publish_raw, publish_tool_call, tap_eve
 from harness.processes import LtmProcess
 from harness.services import TestServices, database_refused
 from harness.snowflake import snowflake
+from harness.waiting import eventually
 from harness.world import Persona, World, participant, tool_call
 from infra.settings import Settings
 from tests.e2e.conftest import new_worker
@@ -238,7 +239,14 @@ async def test_two_workers_racing_at_the_limit_never_pass_it_nor_save_a_text_twi
                     timeout=60,
                     what="an answer to every call",
                 )
-                assert await _answered(one) > 0 and await _answered(two) > 0
+
+                # A worker counts a call once its events are confirmed, a moment after the
+                # result reaches the tap: both counts are waited for.
+                async def both_answered() -> bool:
+                    counts = (await _answered(one), await _answered(two))
+                    return min(counts) > 0 and sum(counts) >= len(calls)
+
+                await eventually(both_answered, timeout=10, what="both workers' answer counts")
                 assert max(await _largest_batch(one), await _largest_batch(two)) > 1
 
     server_memories = await _contents(
