@@ -15,7 +15,6 @@ from pathlib import Path
 from bench.chaos.broker import HarnessBroker, delete_run_topology
 from bench.chaos.checks import check_run, unexpected_log_lines
 from bench.chaos.faults import DbFault, FaultPlan, inflict
-from bench.chaos.gateway import running_gateway
 from bench.chaos.plan import PlannedCall, Planner, Publish, publishes_of
 from bench.chaos.report import ChaosReport
 from bench.chaos.settle import settle_answers, settle_embeds
@@ -25,6 +24,7 @@ from contracts import Topology
 from gateway import Gateway
 from harness.amqp_proxy import AmqpProxy
 from harness.fake_discord import FakeDiscord
+from harness.gateway import running_gateway
 from harness.services import TestServices
 from infra.settings import Settings
 
@@ -159,7 +159,13 @@ async def _run_with_faults(
     try:
         async with proxy, FakeDiscord() as fake:
             via_proxy = run.settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)})
-            async with running_gateway(via_proxy, fake, range(run.shards), run.shards) as gateway:
+            async with running_gateway(
+                via_proxy,
+                fake,
+                shards=range(run.shards),
+                shard_count=run.shards,
+                reconnect_interval_s=0.5,
+            ) as gateway:
                 env["LTM_AMQP_URL"] = proxy.url(heartbeat_s=1)
                 for slot in slots:
                     slot.start()

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aio_pika
-import hikari
 import pytest
 
 from bench.chaos.runner import run_chaos
@@ -30,9 +29,10 @@ from contracts import (
     embed_routing_key,
     encode_event,
 )
-from gateway import DiscordSender, Gateway, RetryPolicy
+from gateway import RetryPolicy
 from harness.broker import publish_raw
 from harness.fake_discord import FakeDiscord, Reply
+from harness.gateway import running_gateway
 from harness.services import TestServices, rabbitmqctl
 from harness.snowflake import snowflake
 from harness.waiting import eventually
@@ -112,43 +112,37 @@ async def test_an_embed_in_flight_when_the_broker_drops_the_gateway_is_posted_on
     )
     topology = Topology(own.amqp_prefix)
     async with FakeDiscord() as fake:
-        app = hikari.RESTApp(url=fake.url, max_retries=0)
-        await app.start()
-        try:
-            async with app.acquire("fake-token-chaos", "Bot") as rest:
-                gateway = Gateway(
-                    own,
-                    sender=DiscordSender(rest, policy=RetryPolicy(retry_for_s=5.0)),
-                    shards=(0,),
-                    shard_count=1,
-                    reconnect_interval_s=0.5,
-                )
-                async with gateway:
-                    slow, after = _embed(), _embed()
-                    # Discord takes a while to answer the first post in this channel.
-                    fake.script(slow.channel_id, Reply.slow_success(1.5))
-                    await _publish(own, topology, slow)
-                    await eventually(
-                        _probe(lambda: slow.channel_id in fake.arrived),
-                        what="the post on its way to Discord",
-                    )
-                    await asyncio.to_thread(
-                        rabbitmqctl, "close_all_connections", "-p", vhost, "chaos: mid-post"
-                    )
-                    # After the reconnect, a second embed goes through: the gateway is back.
-                    await _publish(own, topology, after)
-                    await eventually(
-                        _probe(lambda: bool(fake.messages_in(after.channel_id))),
-                        timeout=30,
-                        what="the gateway consuming again",
-                    )
-                    await eventually(
-                        _probe(lambda: _unacknowledged_gone(vhost, topology.shard_queue(0))),
-                        timeout=30,
-                        what="the first embed's delivery settled",
-                    )
-        finally:
-            await app.close()
+        async with running_gateway(
+            own,
+            fake,
+            shards=(0,),
+            shard_count=1,
+            policy=RetryPolicy(retry_for_s=5.0),
+            reconnect_interval_s=0.5,
+        ):
+            slow, after = _embed(), _embed()
+            # Discord takes a while to answer the first post in this channel.
+            fake.script(slow.channel_id, Reply.slow_success(1.5))
+            await _publish(own, topology, slow)
+            await eventually(
+                _probe(lambda: slow.channel_id in fake.arrived),
+                what="the post on its way to Discord",
+            )
+            await asyncio.to_thread(
+                rabbitmqctl, "close_all_connections", "-p", vhost, "chaos: mid-post"
+            )
+            # After the reconnect, a second embed goes through: the gateway is back.
+            await _publish(own, topology, after)
+            await eventually(
+                _probe(lambda: bool(fake.messages_in(after.channel_id))),
+                timeout=30,
+                what="the gateway consuming again",
+            )
+            await eventually(
+                _probe(lambda: _unacknowledged_gone(vhost, topology.shard_queue(0))),
+                timeout=30,
+                what="the first embed's delivery settled",
+            )
         posts = [arrived for arrived in fake.arrived if arrived == slow.channel_id]
         assert len(posts) == 1, f"the embed was posted {len(posts)} times"
         assert len(fake.messages_in(slow.channel_id)) == 1

@@ -6,12 +6,12 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 
-import hikari
 import pytest
 
 from contracts import DELETE_COLOR, UPDATE_COLOR, Participant
-from gateway import DiscordSender, Gateway, MessageContext, RetryPolicy
+from gateway import Gateway, MessageContext
 from harness.fake_discord import FakeDiscord
+from harness.gateway import running_gateway
 from harness.snowflake import snowflake
 from harness.waiting import eventually
 from harness.world import Persona, World, participant
@@ -30,24 +30,10 @@ async def fake_discord() -> AsyncIterator[FakeDiscord]:
 
 @pytest.fixture
 async def gateway(settings: Settings, fake_discord: FakeDiscord) -> AsyncIterator[Gateway]:
-    app = hikari.RESTApp(url=fake_discord.url, max_retries=0)
-    await app.start()
-    try:
-        async with app.acquire("fake-token-e2e", "Bot") as rest:
-            policy = RetryPolicy(retry_for_s=5.0, first_wait_s=0.05, max_wait_s=0.2)
-            running = Gateway(
-                settings,
-                sender=DiscordSender(rest, policy=policy),
-                shards=(SHARD,),
-                shard_count=SHARD + 1,
-            )
-            await running.start()
-            try:
-                yield running
-            finally:
-                await running.stop(grace_s=5.0)
-    finally:
-        await app.close()
+    async with running_gateway(
+        settings, fake_discord, shards=(SHARD,), shard_count=SHARD + 1
+    ) as running:
+        yield running
 
 
 def _context(

@@ -9,7 +9,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import aio_pika
-import hikari
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
@@ -27,9 +26,10 @@ from contracts import (
     encode_event,
     result_routing_key,
 )
-from gateway import DiscordSender, Gateway, RetryPolicy
+from gateway import Gateway, RetryPolicy
 from harness.broker import publish_raw
 from harness.fake_discord import FakeDiscord
+from harness.gateway import FAST_RETRIES, running_gateway
 from harness.snowflake import snowflake
 from harness.waiting import eventually
 from infra.settings import Settings
@@ -37,8 +37,6 @@ from infra.settings import Settings
 # Shards 0 and 1 belong to the two-instance test; every other test takes fresh ones.
 _shards = itertools.count(2)
 SHARD_COUNT = 100_000
-
-FAST_RETRIES = RetryPolicy(retry_for_s=5.0, first_wait_s=0.05, max_wait_s=0.2)
 
 
 def fresh_shard() -> int:
@@ -87,24 +85,17 @@ def start_gateway(settings: Settings, fake_discord: FakeDiscord) -> GatewayFacto
         stop_grace_s: float = 5.0,
         **options: Any,
     ) -> AsyncIterator[Gateway]:
-        app = hikari.RESTApp(url=fake_discord.url, max_retries=0)
-        await app.start()
-        try:
-            async with app.acquire(token, "Bot") as rest:
-                gateway = Gateway(
-                    settings,
-                    sender=DiscordSender(rest, policy=policy),
-                    shards=shards,
-                    shard_count=shard_count,
-                    **options,
-                )
-                await gateway.start()
-                try:
-                    yield gateway
-                finally:
-                    await gateway.stop(grace_s=stop_grace_s)
-        finally:
-            await app.close()
+        async with running_gateway(
+            settings,
+            fake_discord,
+            shards=shards,
+            shard_count=shard_count,
+            token=token,
+            policy=policy,
+            stop_grace_s=stop_grace_s,
+            **options,
+        ) as gateway:
+            yield gateway
 
     return start
 

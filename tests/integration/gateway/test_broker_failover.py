@@ -4,49 +4,23 @@ connection comes back on another node, with its shard queue's consumer and its t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import hikari
 import pytest
 
 from contracts import MemoryStatus
-from gateway import DiscordSender, Gateway
 from harness.fake_discord import FakeDiscord
+from harness.gateway import running_gateway
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.waiting import eventually
 from harness.world import World
 from infra.localnodes import RabbitCluster
 from infra.settings import Settings
-from tests.integration.gateway.conftest import FAST_RETRIES
 from tests.support.failover import cluster_env, new_prefix, node_of
 from tests.support.failover import updates_of_new_memories as updates
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
-
-
-@asynccontextmanager
-async def _gateway(settings: Settings, fake_discord: FakeDiscord) -> AsyncIterator[Gateway]:
-    app = hikari.RESTApp(url=fake_discord.url, max_retries=0)
-    await app.start()
-    try:
-        async with app.acquire("fake-token-failover", "Bot") as rest:
-            gateway = Gateway(
-                settings,
-                sender=DiscordSender(rest, policy=FAST_RETRIES),
-                shards=(0,),
-                shard_count=1,
-                reconnect_interval_s=0.5,
-            )
-            await gateway.start()
-            try:
-                yield gateway
-            finally:
-                await gateway.stop(grace_s=5.0)
-    finally:
-        await app.close()
 
 
 async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_tool_client(
@@ -68,7 +42,9 @@ async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_too
     try:
         with LtmProcess(services, ("worker",), tmp_path / "worker.log", env=env) as worker:
             await worker.wait_ready_async(timeout=60)
-            async with _gateway(own, fake_discord) as gateway:
+            async with running_gateway(
+                own, fake_discord, shards=(0,), shard_count=1, reconnect_interval_s=0.5
+            ) as gateway:
                 first = await eventually(lambda: node_of(rabbit_cluster, gateway.connection_name))
                 assert first == rabbit_cluster.nodes[0].name  # the dead node was skipped
                 answer = await gateway.tool_client.request(before, timeout_s=30)

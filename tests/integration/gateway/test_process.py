@@ -20,6 +20,7 @@ from gateway import ConsoleSender, Gateway, run_gateway
 from harness import services as support
 from harness.broker import queue_depth
 from harness.fake_discord import FakeDiscord, Reply
+from harness.gateway import FAST_RETRIES
 from harness.processes import LtmProcess
 from harness.snowflake import snowflake
 from harness.waiting import eventually
@@ -27,7 +28,6 @@ from infra.metrics import MetricsPortInUse
 from infra.settings import Settings
 from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
-    FAST_RETRIES,
     SHARD_COUNT,
     GatewayFactory,
     embed_requested,
