@@ -22,8 +22,8 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, MemoryStatus, Topology
+from infra.confirms import ConfirmingChannel
 from infra.topology import declare_topology
-from worker.adapters.broker import confirming_channel
 
 __all__ = [
     "RESULTS_BINDING",
@@ -86,24 +86,29 @@ class CallPublisher:
     drains) is a cycle the worker, RabbitMQ and PostgreSQL wait for.
     """
 
-    def __init__(self, channel: AbstractChannel, raw: aiormq.Channel, exchange: str) -> None:
-        self._channel = channel  # aio-pika's, kept open with its underlying channel
-        self._raw = raw
+    def __init__(self, confirming: ConfirmingChannel, exchange: str) -> None:
+        self._confirming = confirming
         self._exchange = exchange
 
     @classmethod
     async def open(cls, connection: AbstractConnection, topology: Topology) -> CallPublisher:
-        return cls(*await confirming_channel(connection), topology.tool_calls_exchange)
+        return cls(await ConfirmingChannel.open(connection), topology.tool_calls_exchange)
 
     async def publish(self, call: OutgoingCall) -> None:
-        """Returns once the broker confirmed it; raises if it refused it."""
-        await self._raw.basic_publish(
-            call.body,
-            exchange=self._exchange,
-            routing_key=call.routing_key,
-            properties=call.properties,
-            wait=False,
-        )
+        """Returns once the broker confirmed it; raises if it refused it (and the next
+        publish goes out on a new channel: `infra.confirms`)."""
+        raw = self._confirming.raw
+        try:
+            await raw.basic_publish(
+                call.body,
+                exchange=self._exchange,
+                routing_key=call.routing_key,
+                properties=call.properties,
+                wait=False,
+            )
+        except aiormq.exceptions.DeliveryError:
+            self._confirming.refused(raw)
+            raise
 
     async def publish_window(self, calls: Iterable[OutgoingCall], *, window: int) -> int:
         """Publishes all, with up to `window` confirms outstanding; returns how many."""
@@ -123,7 +128,7 @@ class CallPublisher:
         return len(tasks)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._confirming.close()
 
 
 @dataclass

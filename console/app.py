@@ -71,7 +71,9 @@ def create_app(settings: Settings, *, throttle: LoginThrottle | None = None) -> 
     """Raises `ConsoleNotConfigured` without a usable `LTM_CONSOLE_PASSWORD_HASH`."""
     password_hash = password_hash_of(settings)
     topology = settings.topology
-    engine = create_engine(settings.sqlalchemy_url, pool_size=POOL_SIZE)
+    engine = create_engine(
+        settings.sqlalchemy_url, pool_size=POOL_SIZE, application_name="ltm-console", pre_ping=True
+    )
     broker = BrokerLink(settings, topology)
     console = Console(
         settings=settings,

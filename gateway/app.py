@@ -37,6 +37,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
 from infra import amqp
+from infra.confirms import ConfirmingChannel
 from infra.logs import get_logger
 from infra.settings import Settings, broker_user
 from infra.topology import declare_shard_queue, ensure_topology
@@ -100,6 +101,7 @@ class Gateway:
         self._shard_consumer: ShardConsumer | None = None
         self._cache_consumer: CacheInvalidationConsumer | None = None
         self._channels: list[AbstractChannel] = []
+        self._publishing: ConfirmingChannel | None = None
         self._started = False
         self._connected = False
 
@@ -194,10 +196,9 @@ class Gateway:
         finally:
             await _close_channel(declare_channel)
 
-        publish_channel = await connection.channel(publisher_confirms=True)
-        self._channels.append(publish_channel)
+        self._publishing = await ConfirmingChannel.open(connection)
         self._tool_client = ToolClient(
-            publish_channel,
+            self._publishing,
             self.topology,
             timeout_s=self.tool_timeout_s,
             shards=self.shards or None,  # not known yet (a bot before its shards are up)
@@ -274,6 +275,9 @@ class Gateway:
         for channel in self._channels:
             await _close_channel(channel)
         self._channels.clear()
+        if self._publishing is not None:
+            await self._publishing.close()
+            self._publishing = None
         if self._owns_connection and self._connection is not None:
             await self._connection.close()
             self._connection = None

@@ -12,5 +12,9 @@ __all__ = ["open_engine"]
 def open_engine(settings: Settings, *, pool_size: int = 2) -> AsyncEngine:
     """A small pool, connecting on first use; a connection found dead is replaced."""
     return create_async_engine(
-        settings.sqlalchemy_url, pool_size=pool_size, max_overflow=2, pool_pre_ping=True
+        settings.sqlalchemy_url,
+        pool_size=pool_size,
+        max_overflow=2,
+        pool_pre_ping=True,
+        connect_args={"application_name": "ltm-gateway"},
     )

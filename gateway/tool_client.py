@@ -30,6 +30,7 @@ from contracts import (
 )
 from infra import tracing
 from infra.cancellation import being_cancelled
+from infra.confirms import ConfirmingChannel
 from infra.logs import get_logger
 
 __all__ = [
@@ -130,28 +131,29 @@ class ToolClient:
 
     def __init__(
         self,
-        channel: AbstractChannel,
+        publishing: ConfirmingChannel,
         topology: Topology,
         *,
         timeout_s: float = 30.0,
         shards: Iterable[int] | None = None,
         user_id: str | None = None,
     ) -> None:
-        """`channel` must have publisher confirms on (aio-pika's default).
+        """`publishing`: the channel calls go out on (a new one after a refused call).
 
         `shards`: those whose results this process consumes; a call for another shard is
         refused, as its result would never come back here. None: not checked.
 
-        `user_id`: the broker user of `channel`'s connection (`Settings.amqp_user`), set on
+        `user_id`: the broker user of the channel's connection (`Settings.amqp_user`), set on
         every call: the broker refuses any other, so the worker can tell who published a call
         (`LTM_TRUSTED_PUBLISHERS`). None sets none.
         """
-        self._channel = channel
+        self._publishing = publishing
         self._topology = topology
         self.user_id = user_id
         self.timeout_s = timeout_s
         self._shards: frozenset[int] | None = None if shards is None else frozenset(shards)
-        self._exchange: AbstractExchange | None = None
+        # The exchange's handle on the channel it was taken from.
+        self._exchange: tuple[AbstractChannel, AbstractExchange] | None = None
         self._waiting: dict[str, asyncio.Future[ToolCallCompleted]] = {}
         self._closed = False
 
@@ -169,10 +171,16 @@ class ToolClient:
     async def start(self) -> None:
         """The exchange must exist (`infra.topology.ensure_topology`): it is published to, not
         declared, since the bots' broker account may not declare it."""
-        self._exchange = await self._channel.get_exchange(
-            self._topology.tool_calls_exchange, ensure=False
-        )
+        await self._tool_calls_exchange()
         self._closed = False
+
+    async def _tool_calls_exchange(self) -> tuple[AbstractChannel, AbstractExchange]:
+        """The current channel and the exchange on it (taken again once it is renewed)."""
+        channel = self._publishing.channel
+        if self._exchange is None or self._exchange[0] is not channel:
+            name = self._topology.tool_calls_exchange
+            self._exchange = (channel, await channel.get_exchange(name, ensure=False))
+        return self._exchange
 
     def close(self) -> None:
         """Stops taking calls; calls still waiting get the unavailable answer."""
@@ -224,7 +232,7 @@ class ToolClient:
         tool_call_id = request.tool_call_id
         shard_id = request.context.shard_id
         self._check_can_send(tool_call_id, shard_id)
-        assert self._exchange is not None
+        channel, exchange = await self._tool_calls_exchange()
         future: asyncio.Future[ToolCallCompleted] = asyncio.get_running_loop().create_future()
         self._waiting[tool_call_id] = future  # before publishing: the answer can be fast
         properties = amqp_properties(request)
@@ -233,13 +241,13 @@ class ToolClient:
                 # The call's trace starts here (or continues the bot's current span): the
                 # worker, and then this process's shard consumer, carry it on.
                 with tracing.sending(
-                    exchange=self._exchange.name,
+                    exchange=exchange.name,
                     routing_key=request.tool_name,
                     message_id=properties["message_id"],
                     conversation_id=tool_call_id,
                     headers=properties["headers"],
                 ) as span:
-                    confirmation = await self._exchange.publish(
+                    confirmation = await exchange.publish(
                         aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
                         routing_key=request.tool_name,
                         mandatory=True,
@@ -249,6 +257,9 @@ class ToolClient:
                         tracing.failed(span, "unroutable", "no queue takes the tool")
             except TimeoutError:
                 raise ToolClientUnavailable("the broker did not confirm the call") from None
+            except aiormq.exceptions.DeliveryError:
+                self._publishing.refused(channel)
+                raise ToolClientUnavailable("the broker refused the call (nack)") from None
             except asyncio.CancelledError:
                 if being_cancelled():
                     raise

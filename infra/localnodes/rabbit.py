@@ -349,6 +349,19 @@ class RabbitCluster:
                 return connection_nodes(listing, connection_name)
         raise LocalNodeError(f"no node answered for connections named {connection_name!r}")
 
+    def queue_listing(self, vhost: str | None = None) -> str:
+        """Every queue of the vhost with its ready and unacknowledged messages and its
+        consumers, as `rabbitmqctl list_queues` prints them (for a failing test to show)."""
+        for node in self.nodes:
+            if not node.is_running:
+                continue
+            with contextlib.suppress(LocalNodeError):
+                return node.ctl(
+                    "list_queues", "-p", vhost or self.spec.vhost, "name", "type", "state",
+                    "leader", "online", "messages_ready", "messages_unacknowledged", "consumers",
+                )  # fmt: skip
+        return "(no node answered)"
+
     def quorum_leader(self, queue: str, vhost: str | None = None) -> str | None:
         """The node that leads a quorum queue; None while no member says it leads."""
         leaders = [member.node for member in self.quorum_members(queue, vhost) if member.leads]

@@ -37,6 +37,7 @@ from harness.services import TestServices
 from harness.snowflake import snowflake
 from harness.world import Persona, World, participant, tool_call
 from infra import tracing
+from infra.confirms import ConfirmingChannel
 from infra.database import database_name
 from infra.settings import Settings
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, SpanKind
@@ -81,8 +82,9 @@ def _worker(
 async def _bot(amqp: AbstractRobustConnection, topology: Topology) -> AsyncIterator[ToolClient]:
     """A bot's tool client: it publishes, and a copy of the shard's results resolves its calls
     (the gateway process consumes the shard queue itself)."""
-    channel = await amqp.channel(publisher_confirms=True)
-    client = ToolClient(channel, topology, shards=(SHARD,))
+    publishing = await ConfirmingChannel.open(amqp)
+    channel = publishing.channel
+    client = ToolClient(publishing, topology, shards=(SHARD,))
     await client.start()
     events = await channel.get_exchange(topology.events_exchange, ensure=False)
     replies = await channel.declare_queue(exclusive=True, auto_delete=True)
@@ -99,7 +101,7 @@ async def _bot(amqp: AbstractRobustConnection, topology: Topology) -> AsyncItera
         yield client
     finally:
         client.close()
-        await channel.close()
+        await publishing.close()
 
 
 def _context(persona: Persona, channel_id: str) -> MessageContext:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from contracts import ToolCallCompleted, ToolCallRequested
 from harness.broker import EventTap
-from harness.processes import free_port
+from harness.processes import LtmProcess, free_port
 from harness.snowflake import snowflake
 from harness.world import Persona, World, tool_call
 from infra.localnodes import RabbitCluster
@@ -20,6 +20,7 @@ __all__ = [
     "cluster_env",
     "new_prefix",
     "node_of",
+    "stuck_call",
     "updates_of_new_memories",
 ]
 
@@ -66,3 +67,15 @@ async def updates_of_new_memories(
 def answered(tap: EventTap, calls: Sequence[ToolCallRequested]) -> bool:
     done = {event.tool_call_id for event in tap.events(ToolCallCompleted)}
     return all(call.tool_call_id in done for call in calls)
+
+
+async def stuck_call(cluster: RabbitCluster, worker: LtmProcess, tool_call_id: str) -> str:
+    """What a failing test says of a call never answered: the queues of the cluster, what
+    the worker said of the call, and the worker's last lines."""
+    queues = await asyncio.to_thread(cluster.queue_listing)
+    lines = worker.output().splitlines()
+    of_call = [line for line in lines if tool_call_id in line]
+    return "\n".join(
+        [f"call {tool_call_id} not answered", "queues:", queues, "worker on the call:",
+         *of_call, "worker's last lines:", *lines[-40:]]
+    )  # fmt: skip

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -46,6 +46,7 @@ from contracts.dead_letters import (
 )
 from infra import tracing
 from infra.cancellation import being_cancelled
+from infra.confirms import ConfirmingChannel
 from infra.logs import get_logger
 from infra.topology import declare_shard_queue
 from worker.core.outgoing import OutboxRow
@@ -57,7 +58,6 @@ __all__ = [
     "DeadLetterIds",
     "EventPublisher",
     "ShardQueues",
-    "confirming_channel",
     "dead_letter_ids",
     "event_properties",
 ]
@@ -68,24 +68,28 @@ log = get_logger("ltm.worker")
 
 
 class EventPublisher:
-    """Publishes on one channel with publisher confirms."""
+    """Publishes on a channel with publisher confirms, a new one after a refused publish
+    (`infra.confirms`)."""
 
-    def __init__(
-        self,
-        channel: AbstractChannel,
-        raw: aiormq.Channel,
-        topology: Topology,
-    ) -> None:
-        self.channel = channel
-        self._raw = raw
+    def __init__(self, confirming: ConfirmingChannel, topology: Topology) -> None:
+        self._confirming = confirming
         self._events = topology.events_exchange
         self._dead_letter = topology.dead_letter_exchange
 
     @classmethod
     async def open(
-        cls, connection: aio_pika.abc.AbstractConnection, topology: Topology
+        cls,
+        connection: aio_pika.abc.AbstractConnection,
+        topology: Topology,
+        *,
+        on_lost: Callable[[], object] | None = None,
     ) -> EventPublisher:
-        return cls(*await confirming_channel(connection), topology)
+        """`on_lost`: called when the broker closes the channel (not when one is renewed)."""
+        return cls(await ConfirmingChannel.open(connection, on_lost=on_lost), topology)
+
+    @property
+    def channel(self) -> AbstractChannel:
+        return self._confirming.channel
 
     async def publish_row(self, row: OutboxRow, *, in_call: bool = False) -> None:
         """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack).
@@ -167,8 +171,9 @@ class EventPublisher:
             headers=properties.headers,
             parent=parent,
         ):
+            raw = self._confirming.raw
             try:
-                await self._raw.basic_publish(
+                await raw.basic_publish(
                     body,
                     exchange=exchange,
                     routing_key=routing_key,
@@ -176,6 +181,9 @@ class EventPublisher:
                     mandatory=False,
                     wait=False,
                 )
+            except aiormq.exceptions.DeliveryError:
+                self._confirming.refused(raw)
+                raise
             except asyncio.CancelledError:
                 if being_cancelled():
                     raise
@@ -282,17 +290,6 @@ class ShardQueues:
             )
         else:
             log.info("worker.shard_queue_declared", queue=queue, shard_id=shard_id)
-
-
-async def confirming_channel(
-    connection: aio_pika.abc.AbstractConnection,
-) -> tuple[AbstractChannel, aiormq.Channel]:
-    """A channel with publisher confirms, and the aiormq channel under it to publish on: its
-    `basic_publish(wait=False)` does not hold the channel until the socket drains."""
-    channel = await connection.channel(publisher_confirms=True)
-    raw = await channel.get_underlay_channel()
-    assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
-    return channel, raw
 
 
 def event_properties(

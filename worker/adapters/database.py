@@ -32,19 +32,29 @@ def psycopg_sql(statement: str | TextClause) -> str:
 _PSYCOPG: Final = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
 
-def create_engine(url: str, *, pool_size: int, lock_timeout_s: float | None = None) -> AsyncEngine:
-    """An engine whose pool bounds the worker's database concurrency; with `lock_timeout_s`,
-    a statement waiting longer than that for a lock fails (`LockNotAvailable`)."""
-    options = (
-        {}
-        if lock_timeout_s is None
-        else {"options": f"-c lock_timeout={lock_timeout_s * 1000:.0f}"}
-    )
+def create_engine(
+    url: str,
+    *,
+    pool_size: int,
+    lock_timeout_s: float | None = None,
+    application_name: str = "ltm-worker",
+    pre_ping: bool = False,
+) -> AsyncEngine:
+    """An engine whose pool bounds the process's database concurrency; with `lock_timeout_s`,
+    a statement waiting longer than that for a lock fails (`LockNotAvailable`).
+
+    `pre_ping` checks a pooled connection before each use: for the console, whose first read
+    after a database failover would otherwise fail; the worker's hot path retries instead.
+    `application_name` is how `pg_stat_activity` names the process's sessions.
+    """
+    options: dict[str, str] = {"application_name": application_name}
+    if lock_timeout_s is not None:
+        options["options"] = f"-c lock_timeout={lock_timeout_s * 1000:.0f}"
     return create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=False,
+        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         connect_args=options,
     )

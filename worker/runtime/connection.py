@@ -92,14 +92,14 @@ async def open_session(
     setup = await connection.channel()
     await declare_topology(setup, topology)
     await setup.close()
-    links.publisher = await EventPublisher.open(connection, topology)
-    links.shard_queues = ShardQueues(connection, topology, shard_count=settings.shard_count)
-    channel = await connection.channel()
     # `closed()` only resolves on our own close; a broker-side close runs callbacks. A channel
     # the broker closes alone (an exchange deleted, an ack refused) would leave the worker
     # publishing or consuming on nothing: all starts over.
     lost = asyncio.Event()
-    for closing in (connection, links.publisher.channel, channel):
+    links.publisher = await EventPublisher.open(connection, topology, on_lost=lost.set)
+    links.shard_queues = ShardQueues(connection, topology, shard_count=settings.shard_count)
+    channel = await connection.channel()
+    for closing in (connection, channel):
         closing.close_callbacks.add(lambda *_: lost.set())
     await channel.set_qos(prefetch_count=settings.prefetch)
     # Deliveries come straight from aiormq: aio-pika's IncomingMessage and its second task

@@ -16,7 +16,7 @@ __all__ = ["one_shot_engine"]
 @asynccontextmanager
 async def one_shot_engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
     """An engine of one connection for a command that runs once; the console keeps its own."""
-    engine = create_engine(settings.sqlalchemy_url, pool_size=1)
+    engine = create_engine(settings.sqlalchemy_url, pool_size=1, application_name="ltm-command")
     try:
         yield engine
     finally:

@@ -17,7 +17,7 @@ from harness.waiting import eventually
 from harness.world import World
 from infra.localnodes import RabbitCluster
 from infra.settings import Settings
-from tests.support.failover import cluster_env, new_prefix, node_of
+from tests.support.failover import cluster_env, new_prefix, node_of, stuck_call
 from tests.support.failover import updates_of_new_memories as updates
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
@@ -60,7 +60,10 @@ async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_too
                 await eventually(elsewhere, timeout=60, what="the gateway on another node")
                 # The tool client publishes on the new connection; the result comes back
                 # through the shard queue's consumer, restored there; so does the embed.
-                answer = await gateway.tool_client.request(after, timeout_s=60)
+                try:
+                    answer = await gateway.tool_client.request(after, timeout_s=60)
+                except TimeoutError:
+                    pytest.fail(await stuck_call(rabbit_cluster, worker, after.tool_call_id))
                 assert answer.status == MemoryStatus.UPDATED
                 channel_id = after.context.channel_id
                 await eventually(
