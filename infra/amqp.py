@@ -23,6 +23,7 @@ from typing import Any, Final, TypeVar
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
+from aio_pika.robust_channel import RobustChannel
 from aio_pika.robust_connection import RobustConnection
 from yarl import URL
 
@@ -33,6 +34,7 @@ from infra.settings import Settings
 __all__ = [
     "BrokerNode",
     "BrokerNodes",
+    "FailoverChannel",
     "FailoverConnection",
     "connect",
     "connect_robust",
@@ -141,6 +143,22 @@ class BrokerNodes:
         raise AssertionError("unreachable: a broker has at least one node")
 
 
+class FailoverChannel(RobustChannel):
+    """aio-pika's robust channel, restored only on a connection that is up.
+
+    aio-pika reopens a robust channel as soon as it closes; when the whole connection went
+    (a node killed), that reopening runs on the transport just lost, fails, and is logged
+    as an error, though the connection restores every channel once it is back on a node.
+    Here it waits for that.
+    """
+
+    async def restore(self, channel: Any = None) -> None:
+        transport = self._connection.transport
+        if transport is None or transport.connection.is_closed:
+            return  # the connection restores it when it has reconnected
+        await super().restore(channel)
+
+
 class FailoverConnection(RobustConnection):
     """aio-pika's robust connection, over several nodes: every (re)connection attempt tries
     the nodes in turn, from the one after the node lost or refused last.
@@ -148,6 +166,8 @@ class FailoverConnection(RobustConnection):
     aio-pika's robust connection reads `url` and the TLS context (`kwargs["context"]`) at
     each attempt; each attempt here sets them to the node it tries.
     """
+
+    CHANNEL_CLASS = FailoverChannel
 
     def __init__(self, nodes: BrokerNodes, **options: Any) -> None:
         first = next(nodes.candidates())

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Final
 
 from bench.chaos.broker import HarnessBroker
 from bench.chaos.checks import UNRECORDED, check_run, unexpected_log_lines
@@ -49,11 +48,6 @@ from infra.settings import Settings
 __all__ = ["ClusterShape", "main", "rotated", "run_cluster_chaos"]
 
 REPLICAS = 3
-# aio-pika's report of a robust channel it could not reopen on the connection a killed node
-# took with it: the connection then reconnects to the next node and restores the channel.
-FAILOVER_LOG_ERRORS: Final = (
-    "Callback <OneShotCallback: cb=<bound method RobustChannel._on_close",
-)
 
 
 @dataclass(frozen=True)
@@ -253,7 +247,7 @@ async def _settle_and_check(
         report=report,
         reply_ttl=timedelta(seconds=run.settings.reply_ttl_s),
     )
-    report.log_errors = unexpected_log_lines(run.logs.glob("*.log"), also=FAILOVER_LOG_ERRORS)
+    report.log_errors = unexpected_log_lines(run.logs.glob("*.log"))
     report.harness_reconnects = tap.reconnects
     report.undecodable_events = tap.collected.undecodable
     report.kills = len(faults.struck)

@@ -4,6 +4,7 @@ connection comes back on another node, with its shard queue's consumer and its t
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_too
     settings: Settings,
     fake_discord: FakeDiscord,
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     world = World(settings.database_url)
     persona = await world.persona(await world.server())
@@ -74,6 +76,15 @@ async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_too
             await asyncio.to_thread(rabbit_cluster.restart, killed)
     assert await world.content(memory_id) == after.arguments["memory_content"]  # type: ignore[index,call-overload]
     assert len(fake_discord.posts(after.context.channel_id)) == 1
+    # aio-pika's channels waited for the connection to be back on a node before reopening
+    # (`infra.amqp.FailoverChannel`): no error of theirs. (aiormq's line about the dead node
+    # it could not connect to is one.)
+    errors = [
+        f"{r.name}: {r.msg}"
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.startswith("aio_pika")
+    ]
+    assert errors == []
 
 
 async def _posted(fake_discord: FakeDiscord, channel_id: str) -> bool:
