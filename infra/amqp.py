@@ -119,7 +119,15 @@ class BrokerNodes:
         self._current = None
 
         async def attempt(node: BrokerNode) -> tuple[BrokerNode, AbstractConnection]:
-            return node, await aio_pika.connect(node.url, ssl_context=node.tls, **options)
+            connection = aio_pika.Connection(URL(node.url), ssl_context=node.tls, **options)
+            try:
+                await connection.connect()
+            except BaseException:
+                # Closed here: aio-pika would close it once collected, outside any event loop
+                # ("coroutine 'Connection.close' was never awaited").
+                await connection.close()
+                raise
+            return node, connection
 
         self._current = await self.first_answering(attempt)
         return self._current[1]
