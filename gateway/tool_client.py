@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -158,6 +159,11 @@ class ToolClient:
         self._closed = False
 
     @property
+    def publishing(self) -> ConfirmingChannel:
+        """The channel the calls go out on."""
+        return self._publishing
+
+    @property
     def shards(self) -> Collection[int] | None:
         return self._shards
 
@@ -232,43 +238,10 @@ class ToolClient:
         tool_call_id = request.tool_call_id
         shard_id = request.context.shard_id
         self._check_can_send(tool_call_id, shard_id)
-        channel, exchange = await self._tool_calls_exchange()
         future: asyncio.Future[ToolCallCompleted] = asyncio.get_running_loop().create_future()
         self._waiting[tool_call_id] = future  # before publishing: the answer can be fast
-        properties = amqp_properties(request)
         try:
-            try:
-                # The call's trace starts here (or continues the bot's current span): the
-                # worker, and then this process's shard consumer, carry it on.
-                with tracing.sending(
-                    exchange=exchange.name,
-                    routing_key=request.tool_name,
-                    message_id=properties["message_id"],
-                    conversation_id=tool_call_id,
-                    headers=properties["headers"],
-                ) as span:
-                    confirmation = await exchange.publish(
-                        aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
-                        routing_key=request.tool_name,
-                        mandatory=True,
-                        timeout=timeout_s,
-                    )
-                    if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-                        tracing.failed(span, "unroutable", "no queue takes the tool")
-            except TimeoutError:
-                raise ToolClientUnavailable("the broker did not confirm the call") from None
-            except aiormq.exceptions.DeliveryError:
-                self._publishing.refused(channel)
-                raise ToolClientUnavailable("the broker refused the call (nack)") from None
-            except asyncio.CancelledError:
-                if being_cancelled():
-                    raise
-                raise ToolClientUnavailable("the broker connection stalled") from None
-            except Exception as error:
-                raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
-            if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-                # Returned unroutable (no worker queue bound for this tool): nobody will answer.
-                raise ToolClientUnavailable(f"no queue takes the tool {request.tool_name!r}")
+            await self._publish(request, timeout_s=timeout_s)
             log.info(
                 "tool_call.published",
                 tool_call_id=tool_call_id,
@@ -286,6 +259,51 @@ class ToolClient:
             self._waiting.pop(tool_call_id, None)
             if not future.done():
                 future.cancel()
+
+    async def _publish(self, request: ToolCallRequested, *, timeout_s: float) -> None:
+        """Publishes until the broker confirms, within `timeout_s`: a call it refused (nack)
+        goes again on the new channel (`infra.confirms`); raises `ToolClientUnavailable`."""
+        deadline = time.monotonic() + timeout_s
+        properties = amqp_properties(request)
+        while True:
+            channel, exchange = await self._tool_calls_exchange()
+            try:
+                # The call's trace starts here (or continues the bot's current span): the
+                # worker, and then this process's shard consumer, carry it on.
+                with tracing.sending(
+                    exchange=exchange.name,
+                    routing_key=request.tool_name,
+                    message_id=properties["message_id"],
+                    conversation_id=request.tool_call_id,
+                    headers=properties["headers"],
+                ) as span:
+                    confirmation = await exchange.publish(
+                        aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
+                        routing_key=request.tool_name,
+                        mandatory=True,
+                        timeout=max(deadline - time.monotonic(), 0.001),
+                    )
+                    if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+                        tracing.failed(span, "unroutable", "no queue takes the tool")
+            except TimeoutError:
+                raise ToolClientUnavailable("the broker did not confirm the call") from None
+            except aiormq.exceptions.DeliveryError:
+                self._publishing.refused(channel)
+                left = deadline - time.monotonic()
+                if await self._publishing.replaced(channel, timeout=left):
+                    log.warning("tool_call.refused_sent_again", tool_call_id=request.tool_call_id)
+                    continue
+                raise ToolClientUnavailable("the broker refused the call (nack)") from None
+            except asyncio.CancelledError:
+                if being_cancelled():
+                    raise
+                raise ToolClientUnavailable("the broker connection stalled") from None
+            except Exception as error:
+                raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
+            if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+                # Returned unroutable (no worker queue bound for this tool): nobody will answer.
+                raise ToolClientUnavailable(f"no queue takes the tool {request.tool_name!r}")
+            return
 
     def _check_can_send(self, tool_call_id: str, shard_id: int) -> None:
         """Raises `ToolClientUnavailable` when this call cannot be sent from here."""

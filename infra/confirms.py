@@ -92,6 +92,18 @@ class ConfirmingChannel:
         self._renewing = asyncio.create_task(self._renew(), name="renew-confirming-channel")
         return True
 
+    async def replaced(
+        self, channel: AbstractChannel | aiormq.abc.AbstractChannel, *, timeout: float
+    ) -> bool:
+        """Waits (up to `timeout`) for the renewal a nack on `channel` started; whether the
+        channel held now is another one. False when no renewal is coming (closed, or the new
+        channel could not be opened)."""
+        renewing = self._renewing
+        if channel in (self._channel, self._raw) and renewing is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(renewing), max(timeout, 0.0))
+        return not self._closed and channel not in (self._channel, self._raw)
+
     async def _renew(self) -> None:
         # Pacing, not a wait for a condition: at most one new channel per `renew_every_s`.
         await asyncio.sleep(max(0.0, self._renewed_at + self._renew_every_s - time.monotonic()))

@@ -21,6 +21,7 @@ from contracts import (
 from gateway import TIMEOUT_STATUS, UNAVAILABLE_STATUS, Gateway, MessageContext
 from harness.amqp_proxy import AmqpProxy
 from harness.snowflake import snowflake
+from harness.waiting import eventually
 from infra.settings import Settings
 from tests.integration.gateway.conftest import (
     GatewayFactory,
@@ -226,6 +227,65 @@ async def test_a_call_made_before_the_shards_are_known_is_answered_once_they_are
         await publish_result(channel, topology, completed)
         answer = await asyncio.wait_for(call, 10)
     assert answer == completed.for_llm()
+
+
+async def test_a_call_the_broker_refuses_goes_again_on_a_new_channel_and_is_answered(
+    start_gateway: GatewayFactory,
+    channel: AbstractChannel,
+    topology: Topology,
+    requests_queue: AbstractQueue,
+) -> None:
+    # A second queue the calls are routed to, which takes none: the broker nacks each call
+    # until it is gone (as RabbitMQ 3.10 nacks a channel that met a quorum queue's election).
+    exchange = await channel.get_exchange(topology.tool_calls_exchange)
+    refusing = await channel.declare_queue(
+        exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    await refusing.bind(exchange, routing_key=UPDATE_LONG_TERM_MEMORY)
+    shard = fresh_shard()
+    tool_call_id = f"call_{snowflake()}"
+    async with start_gateway(shards=(shard,)) as gateway:
+        publishing = gateway.tool_client.publishing
+        first = publishing.channel
+        call = asyncio.create_task(
+            gateway.tool_client.call(
+                tool_call_id, UPDATE_LONG_TERM_MEMORY, {}, context(shard), timeout_s=30
+            )
+        )
+
+        async def renewed() -> bool:
+            return publishing.renewals >= 1
+
+        await eventually(renewed, timeout=10, what="a new channel after the nack")
+        assert publishing.channel is not first
+        await refusing.delete(if_unused=False, if_empty=False)
+
+        message = await asyncio.wait_for(next_request(requests_queue, tool_call_id), 10)
+        request = decode_tool_call(message.body)
+        completed = tool_call_completed(tool_call_id, shard, request.context.channel_id)
+        await publish_result(channel, topology, completed)
+        answer = await asyncio.wait_for(call, 10)
+    assert answer == completed.for_llm()
+
+
+async def test_a_call_the_broker_keeps_refusing_is_answered_unavailable(
+    start_gateway: GatewayFactory, channel: AbstractChannel, topology: Topology
+) -> None:
+    exchange = await channel.get_exchange(topology.tool_calls_exchange)
+    refusing = await channel.declare_queue(
+        exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    await refusing.bind(exchange, routing_key=UPDATE_LONG_TERM_MEMORY)
+    shard = fresh_shard()
+    async with start_gateway(shards=(shard,)) as gateway:
+        answer = await gateway.tool_client.call(
+            f"call_{snowflake()}", UPDATE_LONG_TERM_MEMORY, {}, context(shard), timeout_s=2
+        )
+        renewals = gateway.tool_client.publishing.renewals
+    await refusing.delete(if_unused=False, if_empty=False)
+    assert answer["status"] == UNAVAILABLE_STATUS
+    assert "refused" in answer["message"]
+    assert renewals >= 2  # sent again on each new channel until the call's time ran out
 
 
 async def test_a_call_over_a_stalled_broker_connection_is_answered_unavailable(
