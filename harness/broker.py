@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from contracts import Event, Topology, amqp_properties, decode_event, encode_event
 from harness.waiting import eventually
@@ -24,6 +24,7 @@ __all__ = [
     "publish_raw",
     "publish_tool_call",
     "queue_depth",
+    "queue_events",
     "tap_events",
 ]
 
@@ -123,14 +124,28 @@ async def tap_events(
     exchange: str,
     routing_keys: Sequence[str] = ("#",),
 ) -> AsyncIterator[EventTap]:
-    """A private queue bound to `exchange`, consumed into an `EventTap` while the block runs."""
-    tap = EventTap()
+    """A private queue bound to `exchange`, consumed into an `EventTap` while the block runs.
+
+    A copy of what was routed: it holds events that other queues of the same routing refused
+    (`queue_events` shows what one of them holds)."""
     queue = await channel.declare_queue(
         f"test-tap-{uuid.uuid4().hex[:12]}", exclusive=True, auto_delete=True
     )
     target = await channel.get_exchange(exchange, ensure=False)
     for key in routing_keys:
         await queue.bind(target, routing_key=key)
+    try:
+        async with queue_events(queue) as tap:
+            yield tap
+    finally:
+        await queue.delete(if_unused=False, if_empty=False)
+
+
+@asynccontextmanager
+async def queue_events(queue: AbstractQueue) -> AsyncIterator[EventTap]:
+    """`queue`'s messages, consumed (and acked) into an `EventTap` while the block runs: what
+    a consumer of that queue, such as a gateway of a shard, would get."""
+    tap = EventTap()
 
     async def collect(message: AbstractIncomingMessage) -> None:
         tap.deliveries.append(_delivery(message))
@@ -141,7 +156,6 @@ async def tap_events(
         yield tap
     finally:
         await queue.cancel(tag)
-        await queue.delete(if_unused=False, if_empty=False)
 
 
 async def publish_tool_call(channel: AbstractChannel, topology: Topology, call: Event) -> None:

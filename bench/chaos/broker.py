@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import aio_pika
+import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 from contracts import (
@@ -28,6 +29,7 @@ from contracts import (
 )
 from harness.broker import delete_topology
 from infra.amqp import UNREACHABLE, BrokerNodes, connect
+from infra.confirms import ConfirmingChannel
 from infra.settings import Settings
 from infra.topology import declare_topology
 
@@ -68,7 +70,7 @@ class HarnessBroker:
         self._nodes = BrokerNodes.of(settings)
         self.collected = Collected()
         self.reconnects = 0
-        self._channel: AbstractChannel | None = None
+        self._publishing: ConfirmingChannel | None = None
         self._ready = asyncio.Event()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -101,19 +103,18 @@ class HarnessBroker:
                 await asyncio.sleep(0.2)
             finally:
                 self._ready.clear()
-                self._channel = None
+                self._publishing = None
                 with contextlib.suppress(Exception):
                     await connection.close()
 
     async def _serve(self, connection: AbstractConnection) -> None:
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())
-        channel = await connection.channel(publisher_confirms=True)
-        await declare_topology(channel, self.topology)
         # A channel the broker closed (the connection still up) also means: start again.
-        channel.close_callbacks.add(lambda *_: lost.set())
+        publishing = await ConfirmingChannel.open(connection, on_lost=lost.set)
+        await declare_topology(publishing.channel, self.topology)
         consume = await self._consume_tap(connection, lost) if self.tap else None
-        self._channel = channel
+        self._publishing = publishing
         self._ready.set()
         stopping = asyncio.create_task(self._stopping.wait())
         closed = asyncio.create_task(lost.wait())
@@ -160,9 +161,10 @@ class HarnessBroker:
         body = encode_event(call)
         for _ in range(600):
             await asyncio.wait_for(self._ready.wait(), 60)
-            channel = self._channel
-            if channel is None:
+            publishing = self._publishing
+            if publishing is None:
                 continue
+            channel = publishing.channel
             try:
                 exchange = await channel.get_exchange(
                     self.topology.tool_calls_exchange, ensure=False
@@ -171,15 +173,17 @@ class HarnessBroker:
                     aio_pika.Message(body, **amqp_properties(call)), routing_key=call.tool_name
                 )
                 return
-            except Exception:
+            except Exception as error:
+                if isinstance(error, aiormq.exceptions.DeliveryError):
+                    publishing.refused(channel)  # the next try goes out on a new channel
                 await asyncio.sleep(0.1)
         raise RuntimeError(f"could not publish {call.tool_call_id}")
 
     async def depth(self, queue: str) -> int | None:
         """Ready messages in the queue; None while the connection is down."""
-        channel = self._channel
-        if channel is None:
+        if self._publishing is None:
             return None
+        channel = self._publishing.channel
         try:
             declared = await channel.declare_queue(queue, passive=True)
         except Exception:
