@@ -177,16 +177,15 @@ class ToolClient:
     async def start(self) -> None:
         """The exchange must exist (`infra.topology.ensure_topology`): it is published to, not
         declared, since the bots' broker account may not declare it."""
-        await self._tool_calls_exchange()
+        await self._exchange_on(self._publishing.channel)
         self._closed = False
 
-    async def _tool_calls_exchange(self) -> tuple[AbstractChannel, AbstractExchange]:
-        """The current channel and the exchange on it (taken again once it is renewed)."""
-        channel = self._publishing.channel
+    async def _exchange_on(self, channel: AbstractChannel) -> AbstractExchange:
+        """The exchange's handle on `channel` (taken again once the channel is renewed)."""
         if self._exchange is None or self._exchange[0] is not channel:
             name = self._topology.tool_calls_exchange
             self._exchange = (channel, await channel.get_exchange(name, ensure=False))
-        return self._exchange
+        return self._exchange[1]
 
     def close(self) -> None:
         """Stops taking calls; calls still waiting get the unavailable answer."""
@@ -265,45 +264,43 @@ class ToolClient:
         goes again on the new channel (`infra.confirms`); raises `ToolClientUnavailable`."""
         deadline = time.monotonic() + timeout_s
         properties = amqp_properties(request)
-        while True:
-            channel, exchange = await self._tool_calls_exchange()
-            try:
-                # The call's trace starts here (or continues the bot's current span): the
-                # worker, and then this process's shard consumer, carry it on.
-                with tracing.sending(
-                    exchange=exchange.name,
+
+        async def attempt(channel: AbstractChannel, _: aiormq.Channel) -> object:
+            exchange = await self._exchange_on(channel)
+            # The call's trace starts here (or continues the bot's current span): the worker,
+            # and then this process's shard consumer, carry it on.
+            with tracing.sending(
+                exchange=exchange.name,
+                routing_key=request.tool_name,
+                message_id=properties["message_id"],
+                conversation_id=request.tool_call_id,
+                headers=properties["headers"],
+            ) as span:
+                confirmation = await exchange.publish(
+                    aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
                     routing_key=request.tool_name,
-                    message_id=properties["message_id"],
-                    conversation_id=request.tool_call_id,
-                    headers=properties["headers"],
-                ) as span:
-                    confirmation = await exchange.publish(
-                        aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
-                        routing_key=request.tool_name,
-                        mandatory=True,
-                        timeout=max(deadline - time.monotonic(), 0.001),
-                    )
-                    if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-                        tracing.failed(span, "unroutable", "no queue takes the tool")
-            except TimeoutError:
-                raise ToolClientUnavailable("the broker did not confirm the call") from None
-            except aiormq.exceptions.DeliveryError:
-                self._publishing.refused(channel)
-                left = deadline - time.monotonic()
-                if await self._publishing.replaced(channel, timeout=left):
-                    log.warning("tool_call.refused_sent_again", tool_call_id=request.tool_call_id)
-                    continue
-                raise ToolClientUnavailable("the broker refused the call (nack)") from None
-            except asyncio.CancelledError:
-                if being_cancelled():
-                    raise
-                raise ToolClientUnavailable("the broker connection stalled") from None
-            except Exception as error:
-                raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
-            if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-                # Returned unroutable (no worker queue bound for this tool): nobody will answer.
-                raise ToolClientUnavailable(f"no queue takes the tool {request.tool_name!r}")
-            return
+                    mandatory=True,
+                    timeout=max(deadline - time.monotonic(), 0.001),
+                )
+                if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+                    tracing.failed(span, "unroutable", "no queue takes the tool")
+            return confirmation
+
+        try:
+            confirmation = await self._publishing.confirmed(attempt, within_s=timeout_s)
+        except TimeoutError:
+            raise ToolClientUnavailable("the broker did not confirm the call") from None
+        except aiormq.exceptions.DeliveryError:
+            raise ToolClientUnavailable("the broker refused the call (nack)") from None
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            raise ToolClientUnavailable("the broker connection stalled") from None
+        except Exception as error:
+            raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
+        if not isinstance(confirmation, aiormq.spec.Basic.Ack):
+            # Returned unroutable (no worker queue bound for this tool): nobody will answer.
+            raise ToolClientUnavailable(f"no queue takes the tool {request.tool_name!r}")
 
     def _check_can_send(self, tool_call_id: str, shard_id: int) -> None:
         """Raises `ToolClientUnavailable` when this call cannot be sent from here."""

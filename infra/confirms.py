@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
@@ -30,6 +30,8 @@ __all__ = ["ConfirmingChannel"]
 log = get_logger("ltm.amqp")
 
 RENEW_EVERY_S: Final = 0.5
+
+T = TypeVar("T")
 
 
 class ConfirmingChannel:
@@ -91,6 +93,27 @@ class ConfirmingChannel:
             return False
         self._renewing = asyncio.create_task(self._renew(), name="renew-confirming-channel")
         return True
+
+    async def confirmed(
+        self,
+        publish: Callable[[AbstractChannel, aiormq.Channel], Awaitable[T]],
+        *,
+        within_s: float,
+    ) -> T:
+        """`await publish(channel, raw)` on the current channel; when the broker nacks it, again
+        on the channel that replaces it, until `within_s` has passed: then the nack is raised.
+        (A publisher that gives up at once would burn a call's deliveries on a channel the
+        broker is bound to refuse.)"""
+        deadline = time.monotonic() + within_s
+        while True:
+            channel, raw = self.channel, self.raw
+            try:
+                return await publish(channel, raw)
+            except aiormq.exceptions.DeliveryError:
+                self.refused(channel)
+                if not await self.replaced(channel, timeout=deadline - time.monotonic()):
+                    raise
+                log.info("amqp.refused_publish_sent_again")
 
     async def replaced(
         self, channel: AbstractChannel | aiormq.abc.AbstractChannel, *, timeout: float

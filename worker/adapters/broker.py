@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Final
 
 import aio_pika
 import aiormq
@@ -63,6 +64,10 @@ __all__ = [
 ]
 
 _MAX_REASON = 1000
+# How long a refused publish is sent again on new channels (`infra.confirms`) before the call
+# goes back to the queue: longer than a quorum queue's election on a busy machine, and far
+# shorter than a call's five deliveries would last if each were refused at once.
+REFUSED_RETRY_S: Final = 10.0
 
 log = get_logger("ltm.worker")
 
@@ -71,10 +76,17 @@ class EventPublisher:
     """Publishes on a channel with publisher confirms, a new one after a refused publish
     (`infra.confirms`)."""
 
-    def __init__(self, confirming: ConfirmingChannel, topology: Topology) -> None:
+    def __init__(
+        self,
+        confirming: ConfirmingChannel,
+        topology: Topology,
+        *,
+        refused_retry_s: float = REFUSED_RETRY_S,
+    ) -> None:
         self._confirming = confirming
         self._events = topology.events_exchange
         self._dead_letter = topology.dead_letter_exchange
+        self.refused_retry_s = refused_retry_s
 
     @classmethod
     async def open(
@@ -83,13 +95,21 @@ class EventPublisher:
         topology: Topology,
         *,
         on_lost: Callable[[], object] | None = None,
+        refused_retry_s: float = REFUSED_RETRY_S,
     ) -> EventPublisher:
-        """`on_lost`: called when the broker closes the channel (not when one is renewed)."""
-        return cls(await ConfirmingChannel.open(connection, on_lost=on_lost), topology)
+        """`on_lost`: called when the broker closes the channel (not when one is renewed).
+        `refused_retry_s`: how long a refused publish is sent again before it fails."""
+        confirming = await ConfirmingChannel.open(connection, on_lost=on_lost)
+        return cls(confirming, topology, refused_retry_s=refused_retry_s)
 
     @property
     def channel(self) -> AbstractChannel:
         return self._confirming.channel
+
+    @property
+    def renewals(self) -> int:
+        """Channels opened after a refused publish, so far."""
+        return self._confirming.renewals
 
     async def publish_row(self, row: OutboxRow, *, in_call: bool = False) -> None:
         """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack).
@@ -171,19 +191,18 @@ class EventPublisher:
             headers=properties.headers,
             parent=parent,
         ):
-            raw = self._confirming.raw
             try:
-                await raw.basic_publish(
-                    body,
-                    exchange=exchange,
-                    routing_key=routing_key,
-                    properties=properties,
-                    mandatory=False,
-                    wait=False,
+                await self._confirming.confirmed(
+                    lambda _, raw: raw.basic_publish(
+                        body,
+                        exchange=exchange,
+                        routing_key=routing_key,
+                        properties=properties,
+                        mandatory=False,
+                        wait=False,
+                    ),
+                    within_s=self.refused_retry_s,
                 )
-            except aiormq.exceptions.DeliveryError:
-                self._confirming.refused(raw)
-                raise
             except asyncio.CancelledError:
                 if being_cancelled():
                     raise
