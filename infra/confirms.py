@@ -54,6 +54,7 @@ class ConfirmingChannel:
         self._channel: AbstractChannel | None = None
         self._raw: aiormq.Channel | None = None
         self._renewing: asyncio.Task[None] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
         self._renewed_at = float("-inf")
         self._closed = False
         self.renewals = 0
@@ -114,6 +115,12 @@ class ConfirmingChannel:
                 if not await self.replaced(channel, timeout=deadline - time.monotonic()):
                     raise
                 log.info("amqp.refused_publish_sent_again")
+            except (aiormq.exceptions.ChannelClosed, aiormq.exceptions.ChannelInvalidStateError):
+                # Closed under it because another publish's nack retired it: again, on the
+                # new one. A channel the broker closed is still the current one: raised.
+                if self._closed or channel is self._channel or time.monotonic() >= deadline:
+                    raise
+                log.info("amqp.publish_on_retired_channel_sent_again")
 
     async def replaced(
         self, channel: AbstractChannel | aiormq.abc.AbstractChannel, *, timeout: float
@@ -146,7 +153,11 @@ class ConfirmingChannel:
         self.renewals += 1
         log.warning("amqp.confirming_channel_renewed", reason="a publish was nacked")
         if retired is not None:
-            await self._retire(retired)
+            # Closed apart: this renewal is over once the new channel is in use, so that a
+            # nack on the new one already starts the next.
+            retiring = asyncio.create_task(self._retire(retired), name="retire-channel")
+            self._retiring.add(retiring)
+            retiring.add_done_callback(self._retiring.discard)
 
     async def _open_channel(self) -> tuple[AbstractChannel, aiormq.Channel]:
         channel = await self._connection.channel(publisher_confirms=True)
@@ -176,5 +187,7 @@ class ConfirmingChannel:
             self._renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewing
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
         if self._channel is not None and not self._channel.is_closed:
             await self._retire(self._channel)

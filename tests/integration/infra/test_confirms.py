@@ -63,7 +63,12 @@ async def test_a_nacked_publish_moves_the_next_ones_to_a_new_channel(
         return confirming.renewals == 1
 
     await eventually(renewed, timeout=10, what="a new channel")
-    assert confirming.channel is not first and first.is_closed
+    assert confirming.channel is not first
+
+    async def retired() -> bool:
+        return first.is_closed
+
+    await eventually(retired, timeout=10, what="the refused channel closed")
     await full_after_one.purge()
     await _publish(confirming, full_after_one.name, b"on the new channel")
     assert (await full_after_one.declare()).message_count == 1
