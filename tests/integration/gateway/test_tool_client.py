@@ -229,19 +229,24 @@ async def test_a_call_made_before_the_shards_are_known_is_answered_once_they_are
     assert answer == completed.for_llm()
 
 
+async def _refusing_queue(channel: AbstractChannel, topology: Topology) -> AbstractQueue:
+    """A second queue the calls are routed to, which takes none: the broker nacks each call
+    until it is gone (as RabbitMQ 3.10 nacks a channel that met a quorum queue's election)."""
+    exchange = await channel.get_exchange(topology.tool_calls_exchange)
+    refusing = await channel.declare_queue(
+        exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    await refusing.bind(exchange, routing_key=UPDATE_LONG_TERM_MEMORY)
+    return refusing
+
+
 async def test_a_call_the_broker_refuses_goes_again_on_a_new_channel_and_is_answered(
     start_gateway: GatewayFactory,
     channel: AbstractChannel,
     topology: Topology,
     requests_queue: AbstractQueue,
 ) -> None:
-    # A second queue the calls are routed to, which takes none: the broker nacks each call
-    # until it is gone (as RabbitMQ 3.10 nacks a channel that met a quorum queue's election).
-    exchange = await channel.get_exchange(topology.tool_calls_exchange)
-    refusing = await channel.declare_queue(
-        exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
-    )
-    await refusing.bind(exchange, routing_key=UPDATE_LONG_TERM_MEMORY)
+    refusing = await _refusing_queue(channel, topology)
     shard = fresh_shard()
     tool_call_id = f"call_{snowflake()}"
     async with start_gateway(shards=(shard,)) as gateway:
@@ -271,11 +276,7 @@ async def test_a_call_the_broker_refuses_goes_again_on_a_new_channel_and_is_answ
 async def test_a_call_the_broker_keeps_refusing_is_answered_unavailable(
     start_gateway: GatewayFactory, channel: AbstractChannel, topology: Topology
 ) -> None:
-    exchange = await channel.get_exchange(topology.tool_calls_exchange)
-    refusing = await channel.declare_queue(
-        exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
-    )
-    await refusing.bind(exchange, routing_key=UPDATE_LONG_TERM_MEMORY)
+    refusing = await _refusing_queue(channel, topology)
     shard = fresh_shard()
     async with start_gateway(shards=(shard,)) as gateway:
         answer = await gateway.tool_client.call(
