@@ -24,10 +24,10 @@ $(STAMP): pyproject.toml
 # Installs, configures and starts the local PostgreSQL and RabbitMQ where needed (as root),
 # saying each change. Nothing else does: the targets below only check that both answer.
 services:
-	@bash infra/local-services.sh --install
+	@bash deploy/local-services.sh --install
 
 check-services:
-	@bash infra/local-services.sh
+	@bash deploy/local-services.sh
 
 # Migrations, topology, the demo data put back, one worker and a console-mode gateway.
 run: install check-services
@@ -45,7 +45,7 @@ test-fast: install
 # The alert rules are checked by promtool, from Debian's `prometheus` package: lint fails,
 # saying how to get it, when it is missing (.ci/run installs it). PROMTOOL=... for another one.
 PROMTOOL ?= promtool
-OBSERVABILITY := infra/observability
+OBSERVABILITY := deploy/observability
 
 lint: install
 	$(BIN)/ruff check .
@@ -62,7 +62,7 @@ lint: install
 	$(MAKE) --no-print-directory lint-k8s
 
 # The Kubernetes manifests against the schemas of their kinds (bundled by kubernetes-validate,
-# KEDA's vendored in infra/k8s/schemas), offline, and against the code they run.
+# KEDA's vendored in deploy/k8s/schemas), offline, and against the code they run.
 .PHONY: lint-k8s
 lint-k8s: install
 	$(BIN)/pytest -q tests/unit/infra/test_k8s.py
@@ -122,7 +122,7 @@ CLUSTER_DIR ?= .cluster
 .PHONY: cluster cluster-down
 
 cluster: install
-	@$(BIN)/python -m infra.localnodes up --dir $(CLUSTER_DIR)
+	@$(BIN)/python -m harness.localnodes up --dir $(CLUSTER_DIR)
 
 cluster-down: install
-	@$(BIN)/python -m infra.localnodes down --dir $(CLUSTER_DIR)
+	@$(BIN)/python -m harness.localnodes down --dir $(CLUSTER_DIR)

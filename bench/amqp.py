@@ -1,6 +1,6 @@
 """AMQP pieces the bench shares: the topology, tool-call messages, and the result counter.
 
-The topology is the worker's own (`infra.topology.declare_topology`), plus one bench queue
+The topology is the worker's own (`infra.messaging.topology.declare_topology`), plus one bench queue
 bound `result.shard.*` on the events exchange: it receives every `tool_call.completed`, which
 the counter tallies per run (the run is the part of the `tool_call_id` before the colon).
 """
@@ -22,8 +22,8 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, MemoryStatus, Topology
-from infra.confirms import ConfirmingChannel
-from infra.topology import declare_topology
+from infra.messaging.confirms import ConfirmingChannel
+from infra.messaging.topology import declare_topology
 
 __all__ = [
     "RESULTS_BINDING",
@@ -96,7 +96,7 @@ class CallPublisher:
 
     async def publish(self, call: OutgoingCall) -> None:
         """Returns once the broker confirmed it; raises if it refused it (and the next
-        publish goes out on a new channel: `infra.confirms`)."""
+        publish goes out on a new channel: `infra.messaging.confirms`)."""
         raw = self._confirming.raw
         try:
             await raw.basic_publish(

@@ -4,7 +4,7 @@
 [--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]`
 
 No database and no decoding: the least Python a consumer of this message shape can run.
-The queue is declared by `infra.topology.declare_topology`, as the worker does; each
+The queue is declared by `infra.messaging.topology.declare_topology`, as the worker does; each
 delivery's events (the captured sample: same count, bodies, routing keys, time-to-live)
 are published at once on a confirming channel, so up to prefetch × events confirms are
 outstanding, and the delivery is acked after its confirms, as the worker does. It runs
@@ -32,7 +32,7 @@ from aiormq.abc import DeliveredMessage
 
 from bench.samples import Sample, message_for, properties_for
 from contracts import Topology
-from infra.topology import declare_topology
+from infra.messaging.topology import declare_topology
 
 __all__ = ["main", "run_loop"]
 

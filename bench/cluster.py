@@ -1,7 +1,7 @@
 """The `cluster` phase: one worker on a three-node RabbitMQ cluster of the bench's own, every
 queue replicated three ways, beside the same worker on the machine's single node.
 
-The phase starts the cluster (`infra.localnodes.RabbitCluster`, in a temporary folder, on
+The phase starts the cluster (`harness.localnodes.RabbitCluster`, in a temporary folder, on
 ports and node names of its own; the machine's broker is never touched) and stops it at its
 end, also after a failure. The worker there is told every node (`LTM_AMQP_URL`, the three
 URLs comma-separated) and three replicas (`LTM_AMQP_REPLICAS=3`); the bench declares the same
@@ -35,7 +35,7 @@ from bench.system import Bench, RunFigure
 from bench.workers import worker_latency, worker_run
 from bench.world import CallMaker
 from contracts import Topology
-from infra.localnodes import RabbitCluster
+from harness.localnodes import RabbitCluster
 
 __all__ = [
     "CLUSTER_NODES",

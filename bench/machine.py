@@ -71,7 +71,7 @@ async def describe(database_url: str, connection: AbstractConnection) -> dict[st
         properties = getattr(server.connection, "server_properties", {}) or {}
         raw = properties.get("version")
         rabbit = raw.decode() if isinstance(raw, bytes) else (str(raw) if raw else None)
-    status = _git("status", "--porcelain", "--", "worker", "contracts", "infra")
+    status = _git("status", "--porcelain", "--", "worker", "contracts", "infra", "operators")
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "nproc": len(os.sched_getaffinity(0)),

@@ -96,8 +96,8 @@ from bench.world import (
     updates_of,
 )
 from contracts import MemoryStatus
-from infra.database import drop_database, migrate, with_database_name
 from infra.settings import Settings
+from infra.storage.database import drop_database, migrate, with_database_name
 
 __all__ = ["Config", "main", "render_table", "run_bench"]
 

@@ -1,7 +1,7 @@
 """The bench's own PostgreSQL database and RabbitMQ virtual host, removed at the end.
 
 The database is `ltm_bench_<random>` on the local server (or the server of
-`LTM_DATABASE_URL`), migrated with `infra.database.migrate`; the virtual host is
+`LTM_DATABASE_URL`), migrated with `infra.storage.database.migrate`; the virtual host is
 `ltm-bench-<random>`, made with `rabbitmqctl`, and every name in it carries the prefix
 `ltmb<random>`. Both go away when the context ends, also after a failure.
 
@@ -27,7 +27,7 @@ from harness.services import (
     rabbitmqctl,
     with_vhost,
 )
-from infra.database import drop_database, migrate, with_database_name
+from infra.storage.database import drop_database, migrate, with_database_name
 
 __all__ = ["BenchServices", "bench_services"]
 

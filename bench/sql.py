@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from contracts import ToolCallRequested
+from infra.storage.engine import psycopg_sql
 from worker.adapters import inbox, memory_writes
-from worker.adapters.database import psycopg_sql
 from worker.adapters.inbox import answers_params
 from worker.adapters.memory_writes import apply_params, write_waves
 from worker.adapters.outbox import MARK_PUBLISHED as MARK_PUBLISHED_TEXT

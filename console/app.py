@@ -30,9 +30,9 @@ from console.security import (
     services_unavailable,
 )
 from console.state import STATE, Console, Notice
-from infra.logs import get_logger
+from infra.observability.logs import get_logger
 from infra.settings import Settings
-from worker.adapters.database import create_engine
+from infra.storage.engine import create_engine
 from worker.ops.output import ExitCode, shown_time
 
 __all__ = ["ConsoleNotConfigured", "create_app", "password_hash_of", "run_console"]

@@ -14,7 +14,7 @@ from aiohttp import web
 from console.core.audit import ACTIONS, AuditFilter, BadFilter, event_row, unreadable_row
 from console.state import STATE, Console
 from contracts import Event, InvalidEnvelope, decode_event
-from worker.usecases.audit_stream import BadStart, StreamStart, parse_start, stream_offset
+from operators.audit_stream import BadStart, StreamStart, parse_start, stream_offset
 
 __all__ = ["routes"]
 

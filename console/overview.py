@@ -14,7 +14,7 @@ from console.adapters.broker import BrokerLink
 from console.adapters.statistics import CallStatistics
 from console.core.overview import OverviewHistory, QueueReading, QueueSample, is_success
 from contracts import Topology
-from infra.logs import get_logger
+from infra.observability.logs import get_logger
 
 __all__ = ["Overview", "watched_queues"]
 

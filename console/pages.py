@@ -16,12 +16,12 @@ from console.core.revisions import diff, revision_views
 from console.core.sessions import Session
 from console.security import see_other
 from console.state import STATE, session_of
-from infra.logs import get_logger
-from worker.adapters.revisions import UnchangedMemory
-from worker.usecases.dead_letter_queue import purge, read_dead_letters
-from worker.usecases.dead_letter_replay import replay
-from worker.usecases.operator_records import record_purge, record_replay
-from worker.usecases.revisions import restore_revision
+from infra.observability.logs import get_logger
+from operators.dead_letter_queue import purge, read_dead_letters
+from operators.dead_letter_replay import replay
+from operators.operator_records import record_purge, record_replay
+from operators.revision_store import UnchangedMemory
+from operators.revisions import restore_revision
 
 __all__ = ["routes"]
 

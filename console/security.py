@@ -16,7 +16,7 @@ from aiormq.exceptions import AMQPError
 from console.core.sessions import csrf_matches, operator_name
 from console.passwords import verify_password
 from console.state import STATE, session_of, set_session
-from infra.logs import get_logger
+from infra.observability.logs import get_logger
 
 __all__ = [
     "COOKIE",

@@ -7,7 +7,7 @@ tools take. Newest first (`created_at`, then the id, descending); an update does
 
 What a persona sees: the server memories of its server and lineage, and the personal
 memories of each person asked about, of its lineage and of lineage 0 (the global namespace).
-Pure: the database adapter (`infra.memories`) loads the rows, the gateway caches them.
+Pure: the database adapter (`infra.storage.memories`) loads the rows, the gateway caches them.
 """
 
 from __future__ import annotations

@@ -148,7 +148,8 @@ def _quorum_replicas(replicas: int | None) -> dict[str, Any]:
     return {} if replicas is None else {"x-quorum-initial-group-size": replicas}
 
 
-# The topology as data: what `infra.topology` declares and `ltm broker-definitions` writes out,
+# The topology as data: what `infra.messaging.topology` declares and `ltm broker-definitions`
+# writes out,
 # so that the two cannot diverge. Every exchange is a durable topic exchange; every queue here
 # is durable (a gateway process's own cache queue, exclusive, is declared by that process).
 

@@ -36,12 +36,12 @@ from gateway.memories import MemoryReader
 from gateway.metrics import GatewayMetrics
 from gateway.shard_consumer import ShardConsumer
 from gateway.tool_client import ToolClient
-from infra import amqp
-from infra.confirms import ConfirmingChannel
-from infra.logs import get_logger
+from infra.messaging import amqp
+from infra.messaging.confirms import ConfirmingChannel
+from infra.messaging.topology import declare_shard_queue, ensure_topology
+from infra.observability.logs import get_logger
+from infra.observability.tracing import configure_tracing
 from infra.settings import Settings, broker_user
-from infra.topology import declare_shard_queue, ensure_topology
-from infra.tracing import configure_tracing
 
 __all__ = ["Gateway"]
 
@@ -73,7 +73,7 @@ class Gateway:
         it is given them); a registry of its own by default.
 
         `connection`: an AMQP connection to share; without one the gateway opens and closes
-        its own (`infra.amqp.connect_robust(settings)`), which comes back after a
+        its own (`infra.messaging.amqp.connect_robust(settings)`), which comes back after a
         broker restart or a dropped connection every `reconnect_interval_s` (aio-pika's 5 s by
         default), declaring its queues and consumers again.
 

@@ -26,10 +26,10 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from contracts import CacheInvalidate, CacheName, Event, Topology
 from gateway.consumer import EventConsumer
 from gateway.metrics import GatewayMetrics
-from infra.logs import get_logger
+from infra.messaging.settlement import Outcome
+from infra.messaging.topology import declare_cache_queue
+from infra.observability.logs import get_logger
 from infra.settings import Settings
-from infra.settlement import Outcome
-from infra.topology import declare_cache_queue
 
 __all__ = [
     "CacheInvalidationConsumer",

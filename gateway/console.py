@@ -11,7 +11,7 @@ from typing import TextIO
 
 from contracts import EmbedPayload, EmbedRequested
 from gateway.delivery import Delivery
-from infra.logs import get_logger
+from infra.observability.logs import get_logger
 
 __all__ = ["ConsoleSender", "render_embed"]
 

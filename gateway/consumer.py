@@ -2,8 +2,8 @@
 
 A subclass says which events it takes (`accepts`), how its log lines begin (`log_prefix`),
 whether each delivery is a CONSUMER span (`traced`), and what to do with an event
-(`_handle`, which returns an `infra.settlement.Outcome`). An undecodable message, or an event
-that does not belong on the queue, is logged and rejected without requeue, here; every
+(`_handle`, which returns an `infra.messaging.settlement.Outcome`). An undecodable message, or an
+event that does not belong on the queue, is logged and rejected without requeue, here; every
 settlement goes through `settle_incoming`, the one decision all consumers share.
 """
 
@@ -20,9 +20,9 @@ from opentelemetry.trace import Span
 from contracts import Event, InvalidEnvelope, Topology, decode_event
 from gateway.inflight import InFlight
 from gateway.metrics import GatewayMetrics
-from infra import tracing
-from infra.logs import get_logger
-from infra.settlement import Outcome, settle_incoming
+from infra.messaging.settlement import Outcome, settle_incoming
+from infra.observability import tracing
+from infra.observability.logs import get_logger
 
 __all__ = ["EventConsumer"]
 

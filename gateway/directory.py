@@ -53,7 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.caches import TTLCache
 from gateway.database import open_engine
-from infra.logs import get_logger
+from infra.observability.logs import get_logger
 from infra.settings import Settings
 
 __all__ = ["MemberDirectory", "MemberRow", "attach_directory", "detach_directory", "member_row"]

@@ -32,8 +32,8 @@ from contracts import EmbedRequested
 from gateway.delivery import Delivery
 from gateway.embeds import to_hikari_embed
 from gateway.metrics import EmbedFailure, GatewayMetrics
-from infra import tracing
-from infra.logs import get_logger
+from infra.observability import tracing
+from infra.observability.logs import get_logger
 
 __all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient"]
 

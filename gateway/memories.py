@@ -29,9 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from contracts import CacheName, MemoryListing, PersonalMemory, ServerMemories, UnknownServer
 from gateway.caches import GatewayCaches
 from gateway.database import open_engine
-from infra.logs import get_logger
-from infra.memories import MemoryQueries
+from infra.observability.logs import get_logger
 from infra.settings import Settings
+from infra.storage.memories import MemoryQueries
 
 __all__ = ["MemoryReader", "MemorySource"]
 
@@ -39,7 +39,7 @@ log = get_logger(__name__)
 
 
 class MemorySource(Protocol):
-    """Where the memories come from (`infra.memories.MemoryQueries`: the database)."""
+    """Where the memories come from (`infra.storage.memories.MemoryQueries`: the database)."""
 
     async def server(self, server_disc_id: str) -> ServerMemories | None: ...
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics of a gateway (served by `infra.metrics.serve_metrics`; `ltm gateway`
+"""Prometheus metrics of a gateway (served by `infra.observability.metrics.serve_metrics`; `ltm
+gateway`
 serves them on `LTM_GATEWAY_METRICS_PORT`, a bot may serve `gateway.metrics.registry`)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter
 
-from infra.metrics import process_registry
+from infra.observability.metrics import process_registry
 
 __all__ = ["EmbedFailure", "GatewayMetrics"]
 

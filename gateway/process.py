@@ -21,8 +21,8 @@ from gateway.console import ConsoleSender
 from gateway.delivery import EmbedSender
 from gateway.discord_sender import DiscordSender, RetryPolicy
 from gateway.metrics import GatewayMetrics
-from infra.logs import get_logger
-from infra.metrics import serve_metrics
+from infra.observability.logs import get_logger
+from infra.observability.metrics import serve_metrics
 from infra.settings import Settings
 
 __all__ = ["open_sender", "run_gateway"]

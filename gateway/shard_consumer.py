@@ -28,9 +28,9 @@ from contracts import EmbedRequested, Event, ToolCallCompleted, Topology
 from gateway.consumer import EventConsumer
 from gateway.delivery import Delivery, EmbedSender
 from gateway.metrics import GatewayMetrics
-from infra.logs import get_logger
-from infra.settlement import Outcome
-from infra.topology import declare_shard_queue
+from infra.messaging.settlement import Outcome
+from infra.messaging.topology import declare_shard_queue
+from infra.observability.logs import get_logger
 
 __all__ = ["ResultSink", "SeenEvents", "ShardConsumer"]
 

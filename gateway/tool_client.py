@@ -29,10 +29,10 @@ from contracts import (
     amqp_properties,
     encode_event,
 )
-from infra import tracing
 from infra.cancellation import being_cancelled
-from infra.confirms import ConfirmingChannel
-from infra.logs import get_logger
+from infra.messaging.confirms import ConfirmingChannel
+from infra.observability import tracing
+from infra.observability.logs import get_logger
 
 __all__ = [
     "TIMEOUT_STATUS",
@@ -175,7 +175,8 @@ class ToolClient:
         return len(self._waiting)
 
     async def start(self) -> None:
-        """The exchange must exist (`infra.topology.ensure_topology`): it is published to, not
+        """The exchange must exist (`infra.messaging.topology.ensure_topology`): it is published
+        to, not
         declared, since the bots' broker account may not declare it."""
         await self._exchange_on(self._publishing.channel)
         self._closed = False
@@ -261,7 +262,8 @@ class ToolClient:
 
     async def _publish(self, request: ToolCallRequested, *, timeout_s: float) -> None:
         """Publishes until the broker confirms, within `timeout_s`: a call it refused (nack)
-        goes again on the new channel (`infra.confirms`); raises `ToolClientUnavailable`."""
+        goes again on the new channel (`infra.messaging.confirms`); raises
+        `ToolClientUnavailable`."""
         deadline = time.monotonic() + timeout_s
         properties = amqp_properties(request)
 

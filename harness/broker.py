@@ -13,8 +13,8 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from contracts import Event, Topology, amqp_properties, decode_event, encode_event
 from harness.waiting import eventually
+from infra.messaging.topology import declare_topology
 from infra.settings import Settings
-from infra.topology import declare_topology
 
 __all__ = [
     "Delivery",

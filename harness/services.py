@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from infra.database import drop_database, migrate, with_database_name
+from infra.storage.database import drop_database, migrate, with_database_name
 
 __all__ = [
     "DEFAULT_AMQP_URL",

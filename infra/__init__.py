@@ -1,1 +1,1 @@
-"""Operations around the code: settings, logs, migrations, broker topology, container files."""
+"""Settings, messaging, storage and observability: what every process of the service shares."""

@@ -17,7 +17,7 @@ from typing import Final
 
 import psycopg
 
-from infra.logs import configure_logging, get_logger
+from infra.observability.logs import configure_logging, get_logger
 from infra.settings import Settings
 
 __all__ = ["Supervisor", "main"]

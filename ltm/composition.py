@@ -10,11 +10,12 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
-from infra import amqp
-from infra.logs import get_logger
-from infra.metrics import serve_metrics
+from infra.messaging import amqp
+from infra.messaging.topology import declare_topology as declare_broker_topology
+from infra.observability.logs import get_logger
+from infra.observability.metrics import serve_metrics
 from infra.settings import Settings
-from infra.topology import declare_topology as declare_broker_topology
+from infra.storage.engine import create_engine
 from ltm.processes import (
     Command,
     DeclareTopology,
@@ -24,7 +25,6 @@ from ltm.processes import (
     RunWorker,
     ServeConsole,
 )
-from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.outbox import OutboxStore
 from worker.ops.commands import OperatorCommand, PrintBrokerDefinitions
@@ -108,15 +108,15 @@ async def _operator_command(command: OperatorCommand, settings: Settings) -> int
 
 
 def migrate(settings: Settings, *, roles: bool) -> int:
-    from infra.database import database_name
-    from infra.database import migrate as upgrade
+    from infra.storage.database import database_name
+    from infra.storage.database import migrate as upgrade
 
     name = database_name(settings.database_url)
     created = upgrade(settings.database_url)
     found = f"created database {name}" if created else f"database {name} exists"
     print(f"{found}; its schema is up to date")
     if roles:
-        from infra.database_roles import ROLES, grant_roles
+        from infra.storage.roles import ROLES, grant_roles
 
         grant_roles(settings.database_url)
         print(f"roles {', '.join(ROLES)} exist, granted what each uses in {name}")

@@ -12,10 +12,10 @@ import psycopg
 import sqlalchemy.exc
 from pydantic import ValidationError
 
-from infra.logs import configure_logging
+from infra.observability.logs import configure_logging
+from infra.observability.tracing import configure_tracing
 from infra.redaction import mask_passwords
 from infra.settings import Settings, SettingsError
-from infra.tracing import configure_tracing
 from ltm.arguments import UsageProblem, build_parser, command_of
 from ltm.composition import run_command
 from worker.ops.output import ExitCode

@@ -15,7 +15,7 @@ import psycopg
 from bench.chaos.report import print_report
 from bench.chaos.runner import run_chaos
 from harness.services import test_services
-from infra.logs import configure_logging
+from infra.observability.logs import configure_logging
 
 __all__ = ["main"]
 

@@ -28,10 +28,10 @@ from contracts import (
     shard_queue_arguments,
 )
 from harness.broker import delete_topology
-from infra.amqp import UNREACHABLE, BrokerNodes, connect
-from infra.confirms import ConfirmingChannel
+from infra.messaging.amqp import UNREACHABLE, BrokerNodes, connect
+from infra.messaging.confirms import ConfirmingChannel
+from infra.messaging.topology import declare_topology
 from infra.settings import Settings
-from infra.topology import declare_topology
 
 __all__ = ["Collected", "HarnessBroker", "delete_run_topology"]
 

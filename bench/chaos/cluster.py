@@ -1,6 +1,6 @@
 """`python -m bench.chaos.cluster` (`make chaos-cluster`): the chaos run on a cluster of our
 own, started and stopped by the run: three RabbitMQ nodes and a PostgreSQL primary with a
-synchronous standby (`infra.localnodes`; the machine's own broker and database are never
+synchronous standby (`harness.localnodes`; the machine's own broker and database are never
 touched, and checked unchanged at the end).
 
 Several publishers, two or more workers and two gateways (real `ltm` processes, the gateways
@@ -38,12 +38,12 @@ from bench.chaos.runner import Scenario, prepare, worker_env
 from bench.chaos.settle import settle_answers, settle_embeds
 from bench.chaos.workers import WorkerSlot
 from harness.fake_discord import FakeDiscord
-from harness.localnodes import MachineServices, started_cluster, started_pair
+from harness.localnodes import PostgresPair, RabbitCluster
+from harness.localnodes.running import MachineServices, started_cluster, started_pair
 from harness.services import TestServices
-from infra.database import migrate, with_database_name
-from infra.localnodes import PostgresPair, RabbitCluster
-from infra.logs import configure_logging
+from infra.observability.logs import configure_logging
 from infra.settings import Settings
+from infra.storage.database import migrate, with_database_name
 
 __all__ = ["ClusterShape", "main", "rotated", "run_cluster_chaos"]
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from infra.localnodes import PostgresPair, RabbitCluster
+from harness.localnodes import PostgresPair, RabbitCluster
 
 __all__ = ["SHARES", "NodeFaults", "PublishGates", "recovery_after"]
 

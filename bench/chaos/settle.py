@@ -21,9 +21,9 @@ from gateway import discord_nonce
 from harness.fake_discord import FakeDiscord
 from harness.waiting import eventually
 from infra.settings import Settings
+from operators.dead_letter_queue import inspect_dead_letters
 from worker.ops.commands import ReplayDeadLetters
 from worker.ops.dead_letters import replay_dead_letters
-from worker.usecases.dead_letter_queue import inspect_dead_letters
 
 __all__ = ["settle_answers", "settle_embeds"]
 

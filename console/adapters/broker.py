@@ -15,10 +15,10 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 
 from console.core.overview import QueueReading
 from contracts import Topology
-from infra import amqp
-from infra.logs import get_logger
+from infra.messaging import amqp
+from infra.observability.logs import get_logger
 from infra.settings import Settings
-from worker.usecases.audit_stream import StreamStart, open_stream
+from operators.audit_stream import StreamStart, open_stream
 
 __all__ = ["BrokerLink"]
 

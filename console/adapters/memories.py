@@ -11,9 +11,9 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from worker.adapters.revisions import Revision
-from worker.usecases.memory_listing import every_persona_listing
-from worker.usecases.revisions import revision_history
+from operators.memory_listing import every_persona_listing
+from operators.revision_store import Revision
+from operators.revisions import revision_history
 
 __all__ = ["SEARCH_LIMIT", "FoundMemory", "MemoryFinder", "MemoryRecord", "PersonaLines"]
 

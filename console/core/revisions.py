@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from worker.adapters.revisions import Revision
+from operators.revision_store import Revision
 
 __all__ = ["Piece", "RevisionView", "diff", "revision_views"]
 

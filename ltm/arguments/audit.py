@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from ltm.arguments.common import UsageProblem, add_command, json_flag, on_parsed
+from operators.audit_stream import BadStart, parse_start
 from worker.ops.commands import ShowHistory, TailAudit
-from worker.usecases.audit_stream import BadStart, parse_start
 
 __all__ = ["add_audit"]
 

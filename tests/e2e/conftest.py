@@ -13,8 +13,8 @@ from contracts import Topology
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.world import World
+from infra.messaging.topology import declare_topology
 from infra.settings import Settings
-from infra.topology import declare_topology
 
 __all__ = ["new_worker"]
 

@@ -35,7 +35,7 @@ from harness.services import TestServices, rabbitmqctl
 from harness.snowflake import snowflake
 from harness.waiting import eventually
 from harness.world import Persona, World, tool_call
-from infra.broker_accounts import Role
+from infra.messaging.accounts import Role
 from infra.settings import Settings
 from tests.support.commands import run_ltm
 from tests.support.deployment import RoleDeployment, role_deployment

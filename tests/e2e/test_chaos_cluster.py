@@ -16,8 +16,8 @@ import pytest
 
 from bench.chaos.cluster import run_cluster_chaos
 from contracts import MemoryStatus
-from harness.localnodes import MachineServices, started_pair
-from infra.localnodes import RabbitCluster
+from harness.localnodes import RabbitCluster
+from harness.localnodes.running import MachineServices, started_pair
 
 CALLS = 200
 

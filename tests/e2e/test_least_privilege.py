@@ -25,7 +25,7 @@ from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.snowflake import snowflake
 from harness.world import Persona, Server, World, participant
-from infra.broker_accounts import Role
+from infra.messaging.accounts import Role
 from infra.settings import Settings
 from tests.support.commands import run_ltm
 from tests.support.deployment import RoleDeployment, role_deployment

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.localnodes import PostgresPair, RabbitCluster, TlsFiles
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.snowflake import snowflake
 from harness.world import World, participant
-from infra.localnodes import PostgresPair, RabbitCluster, TlsFiles
 from tests.support.commands import run_ltm
 from tests.support.localnodes import self_signed_tls
 

@@ -36,10 +36,10 @@ from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.snowflake import snowflake
 from harness.world import Persona, World, participant, tool_call
-from infra import tracing
-from infra.confirms import ConfirmingChannel
-from infra.database import database_name
+from infra.messaging.confirms import ConfirmingChannel
+from infra.observability import tracing
 from infra.settings import Settings
+from infra.storage.database import database_name
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, SpanKind
 
 SHARD = 9_100  # a shard of this module's own: no other test consumes it

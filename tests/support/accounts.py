@@ -26,7 +26,7 @@ from pydantic import SecretStr
 
 from contracts import Topology
 from harness.services import rabbitmqctl
-from infra.broker_accounts import Role
+from infra.messaging.accounts import Role
 from infra.settings import Settings
 from worker.ops.broker_definitions import print_definitions
 from worker.ops.commands import PrintBrokerDefinitions

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from infra.database_roles import ROLES, grant_roles
+from infra.storage.roles import ROLES, grant_roles
 
 __all__ = ["LoginRoles", "login_roles"]
 

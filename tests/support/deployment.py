@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts import Topology
-from infra.broker_accounts import Role
+from infra.messaging.accounts import Role
 from infra.settings import Settings
 from tests.support.accounts import BrokerAccounts, broker_accounts
 from tests.support.database_roles import LoginRoles, login_roles

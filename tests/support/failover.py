@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 from contracts import ToolCallCompleted, ToolCallRequested
 from harness.broker import EventTap
+from harness.localnodes import RabbitCluster
+from harness.localnodes.configuration import amqp_url
 from harness.processes import LtmProcess, free_port
 from harness.snowflake import snowflake
 from harness.world import Persona, World, tool_call
-from infra.localnodes import RabbitCluster
-from infra.localnodes.configuration import amqp_url
 
 __all__ = [
     "answered",

@@ -26,7 +26,7 @@ from contracts import CacheName
 from gateway import ConsoleSender, Gateway
 from harness.services import TestServices
 from harness.waiting import eventually
-from infra.logs import configure_logging
+from infra.observability.logs import configure_logging
 from infra.settings import Settings
 
 __all__ = ["GatewayReader"]

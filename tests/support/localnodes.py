@@ -1,4 +1,4 @@
-"""Broker nodes and PostgreSQL instances of the test run's own (`infra.localnodes`).
+"""Broker nodes and PostgreSQL instances of the test run's own (`harness.localnodes`).
 
 Opt-in: only tests that name these fixtures start anything. A conftest brings them in with
 `from tests.support.localnodes import rabbit_cluster, ...`. One cluster is shared by the whole
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.localnodes import MachineServices, started_cluster, started_pair
-from infra.localnodes import PostgresPair, RabbitCluster, TlsFiles
-from infra.localnodes.host import new_base_dir, remove_if_empty
+from harness.localnodes import PostgresPair, RabbitCluster, TlsFiles
+from harness.localnodes.host import new_base_dir, remove_if_empty
+from harness.localnodes.running import MachineServices, started_cluster, started_pair
 
 __all__ = [
     "localnodes_tls",

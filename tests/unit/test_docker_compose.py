@@ -19,9 +19,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-DOCKERFILE = ROOT / "infra" / "docker" / "Dockerfile"
+DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
 LTM_SERVICES = ("broker-definitions", "migrate", "worker", "gateway", "operator")
-SECRETS_SCRIPT = ROOT / "infra" / "docker" / "secrets.sh"
+SECRETS_SCRIPT = ROOT / "deploy" / "docker" / "secrets.sh"
 # Each part's broker account and database role, as Docker secrets of URLs.
 ROLE_SECRETS = {
     "worker": ("worker-amqp-url", "worker-database-url"),
@@ -76,7 +76,7 @@ def test_the_services(services: dict[str, Any]) -> None:
     for name in DATABASE_HOSTS:
         assert services[name]["image"] == services["postgres"]["image"], name
     for name in (*LTM_SERVICES, *CLUSTER_LTM_SERVICES):
-        assert services[name]["build"]["dockerfile"] == "infra/docker/Dockerfile", name
+        assert services[name]["build"]["dockerfile"] == "deploy/docker/Dockerfile", name
 
 
 @pytest.mark.parametrize("name", sorted(ROLE_SECRETS))
@@ -120,7 +120,7 @@ def test_the_broker_boots_with_the_definitions_of_ltm(services: dict[str, Any]) 
         "broker-definitions": {"condition": "service_completed_successfully"}
     }
     assert "rabbitmq-definitions:/etc/rabbitmq/definitions:ro" in rabbitmq["volumes"]
-    config = ROOT / "infra" / "docker" / "rabbitmq.conf"
+    config = ROOT / "deploy" / "docker" / "rabbitmq.conf"
     assert (
         f"./{config.relative_to(ROOT)}:/etc/rabbitmq/conf.d/20-ltm.conf:ro" in (rabbitmq["volumes"])
     )
@@ -138,7 +138,7 @@ def test_postgres_makes_a_login_role_per_part(services: dict[str, Any]) -> None:
     postgres = services["postgres"]
     assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
     assert (
-        "./infra/docker/postgres-logins.sh:/docker-entrypoint-initdb.d/10-ltm-logins.sh:ro"
+        "./deploy/docker/postgres-logins.sh:/docker-entrypoint-initdb.d/10-ltm-logins.sh:ro"
         in postgres["volumes"]
     )
     assert sorted(postgres["secrets"]) == sorted(
@@ -295,7 +295,7 @@ def test_prometheus_scrapes_every_worker_and_gateway_with_the_alert_rules(
     assert all(path.is_file() for path in mounts.values()), mounts
     config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text(encoding="utf-8"))
     for rule_file in config["rule_files"]:  # relative to the configuration's folder
-        assert mounts[f"/etc/prometheus/{rule_file}"] == ROOT / "infra/observability" / rule_file
+        assert mounts[f"/etc/prometheus/{rule_file}"] == ROOT / "deploy/observability" / rule_file
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     for job, name in (("ltm-worker", "worker"), ("ltm-gateway", "gateway")):
         # Each replica of the service: the compose network's DNS names them all.
@@ -452,7 +452,7 @@ def test_the_database_has_a_synchronous_standby(services: dict[str, Any]) -> Non
     primary, standby = (services[name] for name in DATABASE_HOSTS)
     primary_mounts = _mounts(primary)
     assert primary_mounts["/docker-entrypoint-initdb.d/10-ltm-logins.sh"] == (
-        ROOT / "infra/docker/postgres-logins.sh"
+        ROOT / "deploy/docker/postgres-logins.sh"
     )
     replication = primary_mounts["/docker-entrypoint-initdb.d/20-ltm-replication.sh"]
     replication_script = replication.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""infra/local-services.sh without --install (what `make run` and `make test` call) only checks:
+"""deploy/local-services.sh without --install (what `make run` and `make test` call) only checks:
 it names what does not answer, tells to run `make services`, and changes nothing."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from harness.processes import free_port
 
-SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "local-services.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "local-services.sh"
 INSTALLERS = ("apt-get", "pg_ctlcluster", "rabbitmq-server", "rabbitmqctl", "psql")
 
 

@@ -45,11 +45,11 @@ from contracts.dead_letters import (
     FAILED_AT_HEADER,
     ORIGINAL_USER_ID_HEADER,
 )
-from infra import tracing
 from infra.cancellation import being_cancelled
-from infra.confirms import ConfirmingChannel
-from infra.logs import get_logger
-from infra.topology import declare_shard_queue
+from infra.messaging.confirms import ConfirmingChannel
+from infra.messaging.topology import declare_shard_queue
+from infra.observability import tracing
+from infra.observability.logs import get_logger
 from worker.core.outgoing import OutboxRow
 
 __all__ = [
@@ -64,8 +64,8 @@ __all__ = [
 ]
 
 _MAX_REASON = 1000
-# How long a refused publish is sent again on new channels (`infra.confirms`) before the call
-# goes back to the queue: longer than a quorum queue's election on a busy machine, and far
+# How long a refused publish is sent again on new channels (`infra.messaging.confirms`) before the
+# call goes back to the queue: longer than a quorum queue's election on a busy machine, and far
 # shorter than a call's five deliveries would last if each were refused at once.
 REFUSED_RETRY_S: Final = 10.0
 
@@ -74,7 +74,7 @@ log = get_logger("ltm.worker")
 
 class EventPublisher:
     """Publishes on a channel with publisher confirms, a new one after a refused publish
-    (`infra.confirms`)."""
+    (`infra.messaging.confirms`)."""
 
     def __init__(
         self,

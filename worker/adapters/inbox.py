@@ -14,7 +14,7 @@ import orjson
 import psycopg
 
 from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event, rfc3339_utc
-from worker.adapters.database import fetch_all, psycopg_sql
+from infra.storage.engine import fetch_all, psycopg_sql
 from worker.adapters.outbox import OUTBOX_INSERT, events_params
 from worker.core.idempotency import call_fingerprint
 from worker.core.model import ServerState

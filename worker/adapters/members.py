@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import psycopg
 
-from worker.adapters.database import fetch_all, fetch_one, psycopg_sql
+from infra.storage.engine import fetch_all, fetch_one, psycopg_sql
 from worker.core.model import DirectoryMember, StoredUser
 
 __all__ = ["load_directories", "load_user"]

@@ -9,8 +9,8 @@ from typing import Any, Final
 import orjson
 import psycopg
 
-from worker.adapters.database import named_cursor, psycopg_sql
-from worker.adapters.revisions import REVISION_INSERT_WITH_ID
+from infra.storage.engine import named_cursor, psycopg_sql
+from infra.storage.revisions import REVISION_INSERT_WITH_ID
 from worker.core.create import ExistingMemory, ScopeKey
 from worker.core.records import LockedOwner, LockedScopes, PlannedCreation
 

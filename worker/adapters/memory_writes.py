@@ -9,8 +9,8 @@ from typing import Any, Final
 import orjson
 import psycopg
 
-from worker.adapters.database import fetch_all, fetch_one, psycopg_sql
-from worker.adapters.revisions import REVISION_INSERT
+from infra.storage.engine import fetch_all, fetch_one, psycopg_sql
+from infra.storage.revisions import REVISION_INSERT
 from worker.core.model import ForbiddenWrite, MemoryWrite, WrittenMemory
 from worker.core.records import PlannedWrite
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the worker (served by `infra.metrics.serve_metrics`)."""
+"""Prometheus metrics of the worker (served by `infra.observability.metrics.serve_metrics`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from infra.metrics import process_registry
+from infra.observability.metrics import process_registry
 
 __all__ = ["WorkerMetrics"]
 

@@ -11,8 +11,8 @@ from typing import Any, Final
 import psycopg
 
 from contracts import ToolCallRequested
+from infra.storage.engine import named_cursor, psycopg_sql
 from worker.adapters import inbox, members, memory_creations, memory_writes
-from worker.adapters.database import named_cursor, psycopg_sql
 from worker.adapters.outbox import MARK_PUBLISHED
 from worker.core.create import ScopeKey
 from worker.core.model import (

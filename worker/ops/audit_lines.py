@@ -18,8 +18,8 @@ from contracts import (
     ToolCallCompleted,
     ToolCallRequested,
 )
+from operators.audit_stream import AuditDelivery
 from worker.ops.output import ABSENT, shown_content, shown_text, shown_time, text_width
-from worker.usecases.audit_stream import AuditDelivery
 
 __all__ = [
     "TAIL_HEADER",

@@ -1,7 +1,7 @@
 """`ltm audit tail --from first|last|TIME [--follow] [--json]`: the audit stream, printed.
 
 Without `--follow` it ends once it has printed what the stream held when it began
-(`worker.usecases.audit_reading` says how it knows). A lost broker connection ends the tail,
+(`operators.audit_reading` says how it knows). A lost broker connection ends the tail,
 with or without `--follow`, with exit code 1.
 """
 
@@ -19,11 +19,11 @@ from typing import TextIO
 from aio_pika.exceptions import ChannelNotFoundEntity
 
 from infra.settings import Settings
+from operators.audit_reading import IDLE_S, read_audit
+from operators.audit_stream import AuditDelivery, StreamStart, stream_offset
 from worker.ops.audit_lines import TAIL_HEADER, compact_json_line, event_line, unreadable_line
 from worker.ops.commands import TailAudit
 from worker.ops.output import ExitCode, shown_time
-from worker.usecases.audit_reading import IDLE_S, read_audit
-from worker.usecases.audit_stream import AuditDelivery, StreamStart, stream_offset
 
 __all__ = ["tail_audit"]
 

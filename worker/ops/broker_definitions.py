@@ -1,7 +1,7 @@
 """`ltm broker-definitions [--vhost V]`: the RabbitMQ definitions document of this deployment.
 
 The virtual host, the worker's, the bots' and the operators' users with their password hashes
-and permissions, and the whole topology (`infra.broker_accounts`), as JSON for
+and permissions, and the whole topology (`infra.messaging.accounts`), as JSON for
 `rabbitmqctl import_definitions` or the broker's `load_definitions` at boot. Passwords come
 from `LTM_BROKER_*_PASSWORD` (or their `_FILE`) and appear only hashed.
 
@@ -18,7 +18,7 @@ import orjson
 from pydantic import SecretStr
 
 from contracts import TOOL_NAMES
-from infra.broker_accounts import Role, accounts, definitions
+from infra.messaging.accounts import Role, accounts, definitions
 from infra.settings import Settings
 from worker.ops.commands import PrintBrokerDefinitions
 from worker.ops.output import ExitCode

@@ -10,9 +10,9 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 
 from contracts import UPDATE_LONG_TERM_MEMORY, InvalidEnvelope, encode_event
 from infra.settings import Settings
+from operators.tool_call import Answer, Unroutable, complete_envelope, publish_and_wait
 from worker.ops.commands import CallTool
 from worker.ops.output import ExitCode, json_document, print_fields, shown_text
-from worker.usecases.tool_call import Answer, Unroutable, complete_envelope, publish_and_wait
 
 __all__ = ["call_and_print", "print_answer"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.usecases.audit_stream import StreamStart
+from operators.audit_stream import StreamStart
 
 __all__ = [
     "CallTool",

@@ -12,11 +12,11 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 
 from contracts import Topology
 from infra.settings import Settings
+from operators.dead_letter_queue import DEFAULT_LIMIT, inspect_dead_letters, purge
+from operators.dead_letter_records import DeadLetter
+from operators.dead_letter_replay import ReplayReport, replay
 from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
 from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
-from worker.usecases.dead_letter_queue import DEFAULT_LIMIT, inspect_dead_letters, purge
-from worker.usecases.dead_letter_records import DeadLetter
-from worker.usecases.dead_letter_replay import ReplayReport, replay
 
 __all__ = [
     "DEAD_LETTER_HEADER",

@@ -17,10 +17,10 @@ from typing import Final, TextIO
 
 from contracts import GLOBAL_LINEAGE, MemoryListing, UnknownPersona, UnknownServer
 from infra.settings import Settings
+from operators.engines import one_shot_engine
+from operators.memory_listing import persona_listing
 from worker.ops.commands import ListMemories
 from worker.ops.output import ExitCode
-from worker.usecases.engines import one_shot_engine
-from worker.usecases.memory_listing import persona_listing
 
 __all__ = ["list_memories", "print_listing"]
 

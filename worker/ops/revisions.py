@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Final, TextIO
 
 from infra.settings import Settings
-from worker.adapters.revisions import Revision, UnchangedMemory
+from operators.engines import one_shot_engine
+from operators.revision_store import Revision, UnchangedMemory
+from operators.revisions import restore_revision, revision_history
 from worker.ops.commands import RestoreRevision, ShowHistory
 from worker.ops.output import (
     ExitCode,
@@ -19,8 +21,6 @@ from worker.ops.output import (
     shown_text,
     shown_time,
 )
-from worker.usecases.engines import one_shot_engine
-from worker.usecases.revisions import restore_revision, revision_history
 
 __all__ = ["HISTORY_HEADER", "history_rows", "print_history", "restore_and_print"]
 

@@ -17,11 +17,11 @@ from aio_pika.abc import AbstractConnection
 from aiormq.abc import DeliveredMessage
 
 from contracts import Topology
-from infra import amqp
-from infra.logs import get_logger
+from infra.messaging import amqp
+from infra.messaging.topology import declare_topology
+from infra.observability.logs import get_logger
 from infra.redaction import mask_passwords
 from infra.settings import Settings
-from infra.topology import declare_topology
 from worker.adapters.broker import EventPublisher, ShardQueues
 
 __all__ = ["Links", "Session", "connect", "open_session", "pause"]

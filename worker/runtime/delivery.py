@@ -1,6 +1,6 @@
 """One delivered tool call: admitted, decoded, handed to the batcher, answered, settled.
 
-Settling comes last, through `infra.settlement`: a crash anywhere before it redelivers the
+Settling comes last, through `infra.messaging.settlement`: a crash anywhere before it redelivers the
 call, and the idempotency record turns the second run into a repeat of the stored answer
 (docs/architecture.md, crash table).
 """
@@ -23,10 +23,10 @@ from contracts import (
     decode_tool_call,
     result_routing_key,
 )
-from infra import tracing
-from infra.logs import get_logger
+from infra.messaging.settlement import Outcome, settle_delivered
+from infra.observability import tracing
+from infra.observability.logs import get_logger
 from infra.settings import Settings
-from infra.settlement import Outcome, settle_delivered
 from worker import failpoints
 from worker.adapters.broker import dead_letter_ids
 from worker.adapters.metrics import WorkerMetrics

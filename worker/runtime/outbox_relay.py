@@ -10,7 +10,7 @@ from typing import Final
 import structlog
 
 from contracts import shard_of_routing_key
-from infra.logs import get_logger
+from infra.observability.logs import get_logger
 from infra.settings import Settings
 from worker.adapters.broker import ShardQueues
 from worker.adapters.metrics import WorkerMetrics

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from opentelemetry.trace import Span
 
 from contracts import ToolCallRequested
-from infra import tracing
-from infra.database import database_name
-from infra.logs import get_logger
+from infra.observability import tracing
+from infra.observability.logs import get_logger
 from infra.settings import Settings
+from infra.storage.database import database_name
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.batching import GroupCommit, TakenFlush

@@ -16,9 +16,9 @@ from typing import Final
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from infra import amqp
 from infra.cancellation import being_cancelled
-from infra.logs import get_logger
+from infra.messaging import amqp
+from infra.observability.logs import get_logger
 from infra.settings import Settings
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.metrics import WorkerMetrics

@@ -13,7 +13,7 @@ import pytest
 from console.adapters.statistics import CallStatistics
 from harness.world import World
 from infra.settings import Settings
-from worker.adapters.database import create_engine
+from infra.storage.engine import create_engine
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import pytest
 from contracts import MemoryStatus
 from harness.fake_discord import FakeDiscord
 from harness.gateway import running_gateway
+from harness.localnodes import RabbitCluster
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.waiting import eventually
 from harness.world import World
-from infra.localnodes import RabbitCluster
 from infra.settings import Settings
 from tests.support.failover import cluster_env, new_prefix, node_of, stuck_call
 from tests.support.failover import updates_of_new_memories as updates
@@ -77,8 +77,8 @@ async def test_the_gateway_comes_back_on_another_node_with_its_consumers_and_too
     assert await world.content(memory_id) == after.arguments["memory_content"]  # type: ignore[index,call-overload]
     assert len(fake_discord.posts(after.context.channel_id)) == 1
     # aio-pika's channels waited for the connection to be back on a node before reopening
-    # (`infra.amqp.FailoverChannel`): no error of theirs. (aiormq's line about the dead node
-    # it could not connect to is one.)
+    # (`infra.messaging.amqp.FailoverChannel`): no error of theirs. (aiormq's line about the dead
+    # node it could not connect to is one.)
     errors = [
         f"{r.name}: {r.msg}"
         for r in caplog.records

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from gateway.database import open_engine
-from harness.localnodes import started_pair
+from harness.localnodes.running import started_pair
 from infra.settings import Settings
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(120)]

@@ -13,7 +13,7 @@ from contracts import CREATE_COLOR, EmbedRequested, Topology, embed_routing_key
 from gateway import RetryPolicy
 from harness.broker import publish_raw, queue_depth
 from harness.fake_discord import FakeDiscord, Reply
-from infra.topology import declare_shard_queue
+from infra.messaging.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
     GatewayFactory,
     embed_requested,

@@ -24,9 +24,9 @@ from harness.gateway import FAST_RETRIES
 from harness.processes import LtmProcess
 from harness.snowflake import snowflake
 from harness.waiting import eventually
-from infra.metrics import MetricsPortInUse
+from infra.messaging.topology import declare_shard_queue
+from infra.observability.metrics import MetricsPortInUse
 from infra.settings import Settings
-from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import (
     SHARD_COUNT,
     GatewayFactory,

@@ -11,8 +11,8 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from infra import amqp
-from infra.localnodes import RabbitCluster, TlsFiles
+from harness.localnodes import RabbitCluster, TlsFiles
+from infra.messaging import amqp
 from infra.settings import Settings
 from ltm.main import main
 from tests.support.localnodes import self_signed_tls

@@ -15,15 +15,15 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMe
 
 from contracts import Topology, result_routing_key
 from harness.services import rabbitmqctl
-from infra.broker_accounts import HASHING_ALGORITHM, Role
-from infra.settings import Settings
-from infra.topology import (
+from infra.messaging.accounts import HASHING_ALGORITHM, Role
+from infra.messaging.topology import (
     TopologyMissing,
     declare_cache_queue,
     declare_shard_queue,
     declare_topology,
     ensure_topology,
 )
+from infra.settings import Settings
 from tests.support.accounts import BrokerAccounts, broker_accounts
 
 

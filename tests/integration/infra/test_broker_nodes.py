@@ -8,10 +8,10 @@ import aio_pika
 import aiormq
 import pytest
 
+from harness.localnodes import RabbitCluster, TlsFiles
 from harness.processes import free_port
 from harness.services import TestServices
-from infra import amqp
-from infra.localnodes import RabbitCluster, TlsFiles
+from infra.messaging import amqp
 from infra.settings import Settings
 from tests.support.commands import run_ltm
 

@@ -12,8 +12,8 @@ import pytest
 from aio_pika.abc import AbstractConnection, AbstractQueue
 
 from harness.waiting import eventually
-from infra import amqp
-from infra.confirms import ConfirmingChannel
+from infra.messaging import amqp
+from infra.messaging.confirms import ConfirmingChannel
 from infra.settings import Settings
 
 

@@ -15,8 +15,8 @@ from gateway import GatewayCaches, MemberDirectory
 from gateway.memories import MemoryReader
 from harness.snowflake import snowflake
 from harness.world import World
-from infra.database_roles import GRANTS, ROLES, SEQUENCE_GRANTS, TABLES
 from infra.settings import Settings
+from infra.storage.roles import GRANTS, ROLES, SEQUENCE_GRANTS, TABLES
 from ltm.main import main
 from tests.support.database_roles import LoginRoles, login_roles
 
@@ -77,7 +77,7 @@ def test_every_table_and_sequence_of_the_schema_is_decided(settings: Settings) -
                 "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'"
             )
         }
-    assert tables == set(TABLES), "a table without grants: add it to infra.database_roles"
+    assert tables == set(TABLES), "a table without grants: add it to infra.storage.roles"
     for role in ROLES:
         assert set(GRANTS[role]) <= tables
         assert set(SEQUENCE_GRANTS[role]) <= sequences

@@ -16,10 +16,10 @@ from harness.services import TestServices, own_database
 from harness.world import World
 from infra.run_local import load_demo
 from infra.settings import Settings
+from infra.storage.engine import create_engine
+from operators.tool_call import complete_envelope
 from tests.integration.worker.checks import Pipeline
-from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
-from worker.usecases.tool_call import complete_envelope
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FRIDAYS = "The server's movie night is on Fridays."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.services import TestServices
-from infra.database import drop_database, with_database_name
+from infra.storage.database import drop_database, with_database_name
 from ltm.main import main
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from contracts import Topology
 from harness.broker import delete_topology
-from infra import amqp
-from infra.localnodes import RabbitCluster
+from harness.localnodes import RabbitCluster
+from infra.messaging import amqp
+from infra.messaging.topology import ReplicasMismatch, declare_shard_queue, declare_topology
 from infra.settings import Settings
-from infra.topology import ReplicasMismatch, declare_shard_queue, declare_topology
 
 
 def _members(cluster: RabbitCluster, prefix: str) -> dict[str, set[str]]:

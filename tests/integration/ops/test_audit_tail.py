@@ -22,11 +22,11 @@ from contracts import (
 )
 from harness.waiting import eventually
 from infra.settings import Settings
+from operators.audit_stream import parse_start
 from tests.integration.ops.seeding import memory_updated, publish_event
 from worker.ops.audit_tail import tail_audit
 from worker.ops.commands import TailAudit
 from worker.ops.output import shown_time
-from worker.usecases.audit_stream import parse_start
 
 # Generous: a tail that did not stop on its own fails here instead of hanging the run.
 TAIL_DEADLINE_S = 30.0

@@ -27,7 +27,7 @@ from contracts import (
     result_routing_key,
 )
 from harness.broker import queue_depth
-from infra import tracing
+from infra.observability import tracing
 from infra.settings import Settings
 from tests.integration.ops.seeding import tool_call
 from worker.ops.call import call_and_print

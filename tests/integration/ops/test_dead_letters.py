@@ -15,6 +15,11 @@ from contracts import UPDATE_LONG_TERM_MEMORY, ToolCallRequested, Topology
 from harness.broker import queue_depth
 from harness.waiting import eventually
 from infra.settings import Settings
+from operators.dead_letter_queue import (
+    DELIVERY_PATIENCE_S,
+    inspect_dead_letters,
+    take_deliveries,
+)
 from tests.integration.ops.seeding import (
     broker_dead_letter,
     tool_call,
@@ -22,11 +27,6 @@ from tests.integration.ops.seeding import (
 )
 from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
 from worker.ops.dead_letters import list_dead_letters, purge_dead_letters, replay_dead_letters
-from worker.usecases.dead_letter_queue import (
-    DELIVERY_PATIENCE_S,
-    inspect_dead_letters,
-    take_deliveries,
-)
 
 
 @dataclass(frozen=True)

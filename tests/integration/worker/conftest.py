@@ -8,8 +8,8 @@ import pytest
 
 from harness.world import World
 from infra.settings import Settings
+from infra.storage.engine import create_engine
 from tests.integration.worker.checks import Pipeline
-from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 
 # Enough connections for the widest concurrency test to hold all its transactions at once.

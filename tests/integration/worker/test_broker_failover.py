@@ -6,8 +6,8 @@ The node killed also leads the queue of the calls' shard, and not the worker que
 worker's new connection gets the calls at once and publishes their results while that queue
 elects its next leader. RabbitMQ 3.10 nacks a channel that publishes then for its whole life
 (in about two runs of three here: when the election is not over first); the worker moves to
-a new channel (`infra.confirms`). The results are read from the shard's queue, as its gateway
-gets them."""
+a new channel (`infra.messaging.confirms`). The results are read from the shard's queue, as its
+gateway gets them."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ import pytest
 
 from contracts import MemoryStatus, ToolCallCompleted, Topology
 from harness.broker import publish_tool_call, queue_events
+from harness.localnodes import RabbitCluster
+from harness.localnodes.leadership import make_leader
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.waiting import eventually
 from harness.world import World
-from infra.localnodes import RabbitCluster
-from infra.localnodes.leadership import make_leader
+from infra.messaging.topology import declare_shard_queue
 from infra.settings import Settings
-from infra.topology import declare_shard_queue
 from tests.support.failover import answered, cluster_env, new_prefix, node_of
 from tests.support.failover import updates_of_new_memories as updates
 

@@ -16,7 +16,7 @@ from harness.snowflake import snowflake
 from harness.waiting import eventually
 from harness.world import World, tool_call
 from infra.settings import Settings
-from worker.adapters.database import create_engine
+from infra.storage.engine import create_engine
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.outbox import OutboxStore
 from worker.runtime import Worker

@@ -22,6 +22,7 @@ from contracts import (
 )
 from harness.snowflake import snowflake
 from harness.world import participant
+from infra.storage.engine import create_engine
 from tests.integration.worker.checks import (
     Pipeline,
     Scene,
@@ -30,7 +31,6 @@ from tests.integration.worker.checks import (
     assert_success_events,
     single_revision,
 )
-from worker.adapters.database import create_engine
 from worker.adapters.memory_store import MemoryStore
 
 BOT_ID = "100000000000000001"  # tool_call's default bot_user_id

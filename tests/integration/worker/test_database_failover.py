@@ -14,13 +14,13 @@ from aio_pika.abc import AbstractChannel
 
 from contracts import MemoryStatus, ToolCallCompleted, ToolCallRequested, Topology
 from harness.broker import publish_tool_call, tap_events
-from harness.localnodes import started_pair
+from harness.localnodes import PostgresPair
+from harness.localnodes.running import started_pair
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.world import World
-from infra.database import migrate
-from infra.localnodes import PostgresPair
 from infra.settings import Settings
+from infra.storage.database import migrate
 from tests.support.failover import answered, new_prefix
 from tests.support.failover import updates_of_new_memories as updates
 from worker.runtime import is_transient

@@ -14,9 +14,9 @@ from aio_pika.abc import AbstractChannel, AbstractQueue
 from contracts import Topology, result_routing_key
 from harness.broker import own_topology, queue_events
 from harness.waiting import eventually
-from infra import amqp
+from infra.messaging import amqp
+from infra.messaging.topology import declare_shard_queue
 from infra.settings import Settings
-from infra.topology import declare_shard_queue
 from tests.integration.gateway.conftest import tool_call_completed
 from worker.adapters.broker import EventPublisher
 

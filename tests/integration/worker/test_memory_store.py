@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.pool import QueuePool
 
 from infra.settings import Settings
-from worker.adapters.database import create_engine
+from infra.storage.engine import create_engine
 from worker.adapters.memory_store import MemoryStore
 
 

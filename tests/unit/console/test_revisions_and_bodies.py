@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from console.core.bodies import SHOWN_BYTES, shown_body
 from console.core.revisions import Piece, diff, revision_views
-from worker.adapters.revisions import Revision
+from operators.revision_store import Revision
 
 
 def test_a_changed_word_is_one_removal_and_one_addition() -> None:

@@ -1,5 +1,5 @@
 """The gateway's consumers over their shared base: decode, hand over, settle. In process, with
-fake messages (no broker); each settlement is the one `infra.settlement` decides."""
+fake messages (no broker); each settlement is the one `infra.messaging.settlement` decides."""
 
 from __future__ import annotations
 

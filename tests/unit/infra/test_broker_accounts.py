@@ -9,7 +9,7 @@ import re
 import pytest
 
 from contracts import TOOL_NAMES, Topology, topology_declarations, worker_queue_arguments
-from infra.broker_accounts import (
+from infra.messaging.accounts import (
     HASHING_ALGORITHM,
     Account,
     Role,

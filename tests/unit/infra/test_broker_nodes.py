@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from infra.amqp import BrokerNode, BrokerNodes
+from infra.messaging.amqp import BrokerNode, BrokerNodes
 from infra.redaction import mask_passwords
 from infra.settings import Settings, broker_urls
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from infra.database import database_name, with_database_name
 from infra.settings import to_sqlalchemy_url
+from infra.storage.database import database_name, with_database_name
 
 TWO_HOSTS = "postgresql://w:pw@db1:5432,db2:5433/ltm?target_session_attrs=read-write"
 

@@ -1,10 +1,10 @@
-"""infra/k8s: every manifest valid against its kind's schema, offline, and consistent with the
+"""deploy/k8s: every manifest valid against its kind's schema, offline, and consistent with the
 processes it runs: settings that exist, the worker's queue, the ports the processes open, the
 shards each gateway group serves, each role's own secrets.
 
 `make lint` runs this file. The built-in kinds are checked against the Kubernetes schemas that
 the `kubernetes-validate` package bundles; KEDA's against its CRDs, vendored in
-infra/k8s/schemas (SOURCE says from where). Both strictly: a field the schema does not know is
+deploy/k8s/schemas (SOURCE says from where). Both strictly: a field the schema does not know is
 an error, as the API server's strict field validation makes it.
 """
 
@@ -29,10 +29,10 @@ from infra.settings import SECRET_SETTINGS, Settings, environment_variable
 from ltm.arguments import build_parser
 
 ROOT = Path(__file__).resolve().parents[3]
-K8S = ROOT / "infra" / "k8s"
+K8S = ROOT / "deploy" / "k8s"
 SCHEMAS = K8S / "schemas"
 SECRETS_SCRIPT = K8S / "secrets.sh"
-DOCKERFILE = ROOT / "infra" / "docker" / "Dockerfile"
+DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
 # The oldest Kubernetes the manifests are for, and the newest the package knows.
 KUBERNETES_VERSIONS = ("1.30", kubernetes_validate.utils.latest_version())
 KEDA_CRDS = {

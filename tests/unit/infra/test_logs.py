@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from infra.logs import configure_logging, get_logger
+from infra.observability.logs import configure_logging, get_logger
 
 
 class BrokenPipe(io.StringIO):

@@ -6,7 +6,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from infra.metrics import serve_metrics
+from infra.observability.metrics import serve_metrics
 from infra.settings import Settings
 
 

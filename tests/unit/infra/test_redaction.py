@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from infra.logs import configure_logging, get_logger
+from infra.observability.logs import configure_logging, get_logger
 from infra.redaction import mask_passwords
 
 

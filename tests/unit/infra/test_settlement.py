@@ -10,7 +10,7 @@ import pytest
 from aio_pika.abc import AbstractIncomingMessage
 from aiormq.abc import DeliveredMessage
 
-from infra.settlement import (
+from infra.messaging.settlement import (
     Outcome,
     Settlement,
     settle_delivered,

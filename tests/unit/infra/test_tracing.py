@@ -1,4 +1,5 @@
-"""infra.tracing: off unless asked for, and then the spans, links and headers a trace needs."""
+"""infra.observability.tracing: off unless asked for, and then the spans, links and headers a trace
+needs."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from opentelemetry.semconv._incubating.attributes import (
 )
 from opentelemetry.semconv.attributes import error_attributes
 
-from infra import tracing
-from infra.logs import configure_logging, get_logger
+from infra.observability import tracing
+from infra.observability.logs import configure_logging, get_logger
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -100,7 +101,7 @@ def _configured(env: dict[str, str]) -> dict[str, object]:
     script = (
         "import json\n"
         "from opentelemetry import trace\n"
-        "from infra.tracing import configure_tracing\n"
+        "from infra.observability.tracing import configure_tracing\n"
         "on = configure_tracing('ltm-test')\n"
         "provider = trace.get_tracer_provider()\n"
         "resource = getattr(provider, 'resource', None)\n"

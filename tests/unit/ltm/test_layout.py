@@ -16,7 +16,7 @@ NEVER_IMPORTED = {
     "console": ("ltm",),
     "gateway": ("ltm", "worker", "console"),
 }
-SMALL = ("ltm", "worker/ops", "worker/usecases")
+SMALL = ("ltm", "worker/ops", "operators")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

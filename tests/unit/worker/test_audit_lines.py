@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from contracts import CacheInvalidate, DeadLettersPurged, DeadLettersReplayed, ReplayedCall
+from operators.audit_stream import parse_start
 from tests.integration.ops.seeding import memory_updated
 from worker.ops.audit_lines import event_line
-from worker.usecases.audit_stream import parse_start
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from contracts import ReplayedCall
-from worker.usecases.dead_letter_records import DeadLetter
-from worker.usecases.dead_letter_replay import Replayed, ReplayReport
-from worker.usecases.operator_records import replay_record
+from operators.dead_letter_records import DeadLetter
+from operators.dead_letter_replay import Replayed, ReplayReport
+from operators.operator_records import replay_record
 
 
 def _letter(event_id: str) -> DeadLetter:

@@ -1,4 +1,4 @@
-"""`infra/docker/postgres-logins.sh`, as the postgres image runs it when it creates its
+"""`deploy/docker/postgres-logins.sh`, as the postgres image runs it when it creates its
 database, on a PostgreSQL instance of the test's own (roles are global to a cluster: the
 machine's is never given these): a login role per part, each in its part's role only, with
 its password; `ltm migrate --roles` then grants the roles."""
@@ -13,13 +13,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harness.localnodes import MachineServices, started_pair
-from infra.localnodes import PostgresPair
+from harness.localnodes import PostgresPair
+from harness.localnodes.running import MachineServices, started_pair
 from ltm.main import main
 
 pytestmark = pytest.mark.localnodes
 
-SCRIPT = Path(__file__).resolve().parents[4] / "infra" / "docker" / "postgres-logins.sh"
+SCRIPT = Path(__file__).resolve().parents[4] / "deploy" / "docker" / "postgres-logins.sh"
 PARTS = ("worker", "gateway", "operator")
 
 

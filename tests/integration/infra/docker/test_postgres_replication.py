@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.localnodes import MachineServices, started_pair
-from infra.localnodes import PostgresPair
-from infra.localnodes.configuration import postgres_settings
-from infra.localnodes.host import chown_to_postgres, free_port, wait_until
-from infra.localnodes.postgres import PostgresInstance
+from harness.localnodes import PostgresPair
+from harness.localnodes.configuration import postgres_settings
+from harness.localnodes.host import chown_to_postgres, free_port, wait_until
+from harness.localnodes.postgres import PostgresInstance
+from harness.localnodes.running import MachineServices, started_pair
 
 pytestmark = pytest.mark.localnodes
 
-DOCKER = Path(__file__).resolve().parents[4] / "infra" / "docker"
+DOCKER = Path(__file__).resolve().parents[4] / "deploy" / "docker"
 PASSWORD = "replication-secret-1"
 # The image's own commands, as far as the standby's entrypoint uses them: gosu runs a command
 # as a user; the image's entrypoint, for a data folder that exists, starts PostgreSQL on it

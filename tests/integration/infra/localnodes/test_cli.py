@@ -1,4 +1,4 @@
-"""`python -m infra.localnodes up` and `down` in separate processes: `down` stops exactly
+"""`python -m harness.localnodes up` and `down` in separate processes: `down` stops exactly
 what `up` started, by the state file in the folder."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import aio_pika
 import psycopg
 import pytest
 
-from harness.localnodes import MachineServices
-from infra.localnodes.host import new_base_dir, run
-from infra.localnodes.readings import epmd_names
+from harness.localnodes.host import new_base_dir, run
+from harness.localnodes.readings import epmd_names
+from harness.localnodes.running import MachineServices
 
 pytestmark = pytest.mark.localnodes
 
@@ -26,7 +26,7 @@ REPOSITORY = Path(__file__).resolve().parents[4]
 
 def _localnodes(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.localnodes", *args],
+        [sys.executable, "-m", "harness.localnodes", *args],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,

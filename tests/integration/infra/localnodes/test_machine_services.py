@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.localnodes import MachineServices
-from infra.localnodes import PostgresPair, RabbitCluster
+from harness.localnodes import PostgresPair, RabbitCluster
+from harness.localnodes.running import MachineServices
 
 pytestmark = pytest.mark.localnodes
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from harness.localnodes import started_pair
-from infra.localnodes import PostgresPair, TlsFiles
-from infra.localnodes.host import wait_until
+from harness.localnodes import PostgresPair, TlsFiles
+from harness.localnodes.host import wait_until
+from harness.localnodes.running import started_pair
 
 pytestmark = pytest.mark.localnodes
 

@@ -17,10 +17,10 @@ import aio_pika
 import pytest
 from aio_pika.abc import AbstractConnection
 
-from harness.localnodes import started_cluster
+from harness.localnodes import LocalNodeError, RabbitCluster, TlsFiles
+from harness.localnodes.running import started_cluster
 from harness.waiting import eventually
-from infra import amqp
-from infra.localnodes import LocalNodeError, RabbitCluster, TlsFiles
+from infra.messaging import amqp
 from infra.settings import Settings
 
 pytestmark = pytest.mark.localnodes

@@ -1,4 +1,5 @@
-"""`python -m infra.localnodes`: clear answers when the folder's state does not fit the command."""
+"""`python -m harness.localnodes`: clear answers when the folder's state does not fit the
+command."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.localnodes import state
-from infra.localnodes.__main__ import main
-from infra.localnodes.rabbit import RabbitClusterSpec, RabbitNodeSpec
+from harness.localnodes import state
+from harness.localnodes.__main__ import main
+from harness.localnodes.rabbit import RabbitClusterSpec, RabbitNodeSpec
 
 
 def _record_stopped_node(base_dir: Path) -> None:

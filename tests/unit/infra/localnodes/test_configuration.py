@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.localnodes.configuration import (
+from harness.localnodes.configuration import (
     TlsFiles,
     amqp_url,
     enabled_plugins,

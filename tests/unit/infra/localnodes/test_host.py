@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.localnodes.host import LocalNodeError, free_port, is_ours, kill_ours, run
+from harness.localnodes.host import LocalNodeError, free_port, is_ours, kill_ours, run
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from infra.localnodes.readings import (
+from harness.localnodes.readings import (
     QuorumMember,
     connection_nodes,
     epmd_names,

@@ -1,0 +1,1 @@
+"""Structured logs, Prometheus metrics and OpenTelemetry tracing, shared by every process."""

@@ -1,0 +1,362 @@
+"""OpenTelemetry tracing of a tool call, from the bot's publish to the embed posted in Discord.
+
+The W3C trace context travels in the AMQP headers (`traceparent`, `tracestate`): the tool
+client's PRODUCER span is the parent of the worker's CONSUMER span, whose context the worker
+stores with every outbox row it writes, so that a publish after the commit (or a sweep's late
+one, from another process) is a child of the call that made the event; the gateway continues
+from the event's headers. Span names and attributes follow OpenTelemetry's messaging,
+database and HTTP semantic conventions.
+
+Off unless configured. `configure_tracing`, at a process's start, reads the standard `OTEL_*`
+variables and installs the SDK (the `tracing` extra) when they ask for an exporter; a host
+program that has installed its own SDK already (a bot embedding the gateway) is followed
+instead. Every function here first reads one module global: with tracing off, no context is
+extracted, no span object made and no header written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import Any, Final
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from infra.observability.tracing_setup import (
+    INSTRUMENTATION_NAME,
+    configure_tracing,
+    enabled,
+    use_tracer_provider,
+)
+from infra.observability.tracing_setup import STATE as _STATE
+
+__all__ = [
+    "CURRENT",
+    "INSTRUMENTATION_NAME",
+    "Parent",
+    "add_trace_ids",
+    "configure_tracing",
+    "current_span",
+    "enabled",
+    "failed",
+    "posting",
+    "processing",
+    "sending",
+    "settling",
+    "trace_id_of",
+    "traceparent_of",
+    "transaction",
+    "use_tracer_provider",
+]
+
+# Attribute names of the semantic conventions (a unit test holds them to the
+# `opentelemetry-semantic-conventions` package, which the code does not need at run time).
+MESSAGING_SYSTEM: Final = "messaging.system"
+MESSAGING_OPERATION_NAME: Final = "messaging.operation.name"
+MESSAGING_OPERATION_TYPE: Final = "messaging.operation.type"
+MESSAGING_DESTINATION_NAME: Final = "messaging.destination.name"
+MESSAGING_DESTINATION_SUBSCRIPTION_NAME: Final = "messaging.destination.subscription.name"
+MESSAGING_RABBITMQ_ROUTING_KEY: Final = "messaging.rabbitmq.destination.routing_key"
+MESSAGING_RABBITMQ_DELIVERY_TAG: Final = "messaging.rabbitmq.message.delivery_tag"
+MESSAGING_MESSAGE_ID: Final = "messaging.message.id"
+MESSAGING_MESSAGE_CONVERSATION_ID: Final = "messaging.message.conversation_id"
+MESSAGING_BATCH_MESSAGE_COUNT: Final = "messaging.batch.message_count"
+DB_SYSTEM_NAME: Final = "db.system.name"
+DB_NAMESPACE: Final = "db.namespace"
+DB_OPERATION_NAME: Final = "db.operation.name"
+HTTP_REQUEST_METHOD: Final = "http.request.method"
+HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
+URL_TEMPLATE: Final = "url.template"
+ERROR_TYPE: Final = "error.type"
+
+RABBITMQ: Final = "rabbitmq"
+# How a span names the default exchange, whose name is empty.
+_DEFAULT_EXCHANGE: Final = "amq.default"
+POSTGRESQL: Final = "postgresql"
+
+
+class _Current:
+    """The parent of a span is the current span (the default)."""
+
+    def __repr__(self) -> str:
+        return "CURRENT"
+
+
+CURRENT: Final = _Current()
+# Where a message was created: the current span, a stored `traceparent`, or None for a new
+# trace (a row written with tracing off; a replay, which links to the original instead).
+Parent = _Current | str | None
+
+_OFF: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
+
+
+# -- context in AMQP headers ---------------------------------------------------------------
+
+
+class _HeaderGetter(Getter[Mapping[str, Any]]):
+    """AMQP header values arrive as str, or as bytes when they were not valid UTF-8."""
+
+    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+        value = carrier.get(key)
+        if isinstance(value, bytes):
+            value = value.decode("ascii", errors="replace")
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+        return list(carrier)
+
+
+_HEADERS: Final = _HeaderGetter()
+# The stored form (an outbox row's `traceparent`) is W3C's, whatever OTEL_PROPAGATORS says.
+_W3C: Final = TraceContextTextMapPropagator()
+
+
+def _context_from(headers: Mapping[str, Any] | None) -> Context:
+    return propagate.extract(headers or {}, getter=_HEADERS, context=Context())
+
+
+def _parent_context(parent: Parent) -> Context | None:
+    """None: the current context (the SDK's default)."""
+    if isinstance(parent, _Current):
+        return None
+    if parent is None:
+        return Context()
+    return _W3C.extract({"traceparent": parent}, context=Context())
+
+
+# -- spans ---------------------------------------------------------------------------------
+
+
+def sending(
+    *,
+    exchange: str | None,
+    routing_key: str,
+    message_id: str | None,
+    conversation_id: str | None,
+    headers: MutableMapping[str, Any],
+    parent: Parent = CURRENT,
+    linked_headers: Mapping[str, Any] | None = None,
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A PRODUCER span `send <exchange>` around a publish and its confirm; its context goes
+    into `headers`, the message's own, before the caller builds the message.
+
+    `linked_headers`: the headers of an earlier message this one repeats (a replayed dead
+    letter), whose context the span links to.
+    """
+    tracer = _STATE.tracer
+    if tracer is None:
+        return _OFF
+    links: tuple[Link, ...] = ()
+    if linked_headers is not None:
+        original = trace.get_current_span(_context_from(linked_headers)).get_span_context()
+        links = (Link(original),) if original.is_valid else ()
+    return _producer(
+        tracer,
+        exchange=exchange,
+        attributes={
+            MESSAGING_SYSTEM: RABBITMQ,
+            MESSAGING_OPERATION_NAME: "send",
+            MESSAGING_OPERATION_TYPE: "send",
+            MESSAGING_DESTINATION_NAME: exchange or "",
+            **_optional(MESSAGING_RABBITMQ_ROUTING_KEY, routing_key),
+            **_optional(MESSAGING_MESSAGE_ID, message_id),
+            **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
+        },
+        headers=headers,
+        parent=_parent_context(parent),
+        links=links,
+    )
+
+
+@contextlib.contextmanager
+def _producer(
+    tracer: trace.Tracer,
+    *,
+    exchange: str | None,
+    attributes: dict[str, Any],
+    headers: MutableMapping[str, Any],
+    parent: Context | None,
+    links: Sequence[Link],
+) -> Iterator[Span]:
+    with tracer.start_as_current_span(
+        f"send {exchange or _DEFAULT_EXCHANGE}",
+        context=parent,
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+        links=links,
+    ) as span:
+        # A copy of an earlier message (a dead letter, a replay) drops that message's context
+        # whole: a `tracestate` of the old trace must not travel with the new `traceparent`.
+        for field in propagate.get_global_textmap().fields:
+            headers.pop(field, None)
+        propagate.inject(headers)
+        yield span
+
+
+def processing(
+    *,
+    headers: Mapping[str, Any] | None,
+    exchange: str | None,
+    routing_key: str | None,
+    message_id: str | None,
+    conversation_id: str | None,
+    queue: str | None = None,
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A CONSUMER span `process <exchange>`, the child of the context in the delivery's
+    headers (a new trace without one), current until the delivery is settled."""
+    tracer = _STATE.tracer
+    if tracer is None:
+        return _OFF
+    attributes: dict[str, Any] = {
+        MESSAGING_SYSTEM: RABBITMQ,
+        MESSAGING_OPERATION_NAME: "process",
+        MESSAGING_OPERATION_TYPE: "process",
+        MESSAGING_DESTINATION_NAME: exchange or "",
+        **_optional(MESSAGING_DESTINATION_SUBSCRIPTION_NAME, queue),
+        **_optional(MESSAGING_RABBITMQ_ROUTING_KEY, routing_key),
+        **_optional(MESSAGING_MESSAGE_ID, message_id),
+        **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
+    }
+    return tracer.start_as_current_span(
+        f"process {exchange or _DEFAULT_EXCHANGE}",
+        context=_context_from(headers),
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+    )
+
+
+def settling(
+    operation: str, *, exchange: str | None, delivery_tag: int | None
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A CLIENT span `<ack|nack> <exchange>` for settling a delivery."""
+    tracer = _STATE.tracer
+    if tracer is None:
+        return _OFF
+    return tracer.start_as_current_span(
+        f"{operation} {exchange or _DEFAULT_EXCHANGE}",
+        kind=SpanKind.CLIENT,
+        attributes={
+            MESSAGING_SYSTEM: RABBITMQ,
+            MESSAGING_OPERATION_NAME: operation,
+            MESSAGING_OPERATION_TYPE: "settle",
+            MESSAGING_DESTINATION_NAME: exchange or "",
+            **_optional(MESSAGING_RABBITMQ_DELIVERY_TAG, delivery_tag),
+        },
+    )
+
+
+def transaction(
+    calls: Sequence[Span | None], *, database: str | None
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A CLIENT span `transaction <database>` for one database transaction of several calls.
+
+    One call's transaction is a child of its span. Several calls' is the root of a trace of
+    its own, linked to each call's span, and each call's span links back to it: batching
+    never merges the calls' traces.
+    """
+    tracer = _STATE.tracer
+    if tracer is None:
+        return _OFF
+    return _batch(tracer, [span for span in calls if span is not None], database, len(calls))
+
+
+@contextlib.contextmanager
+def _batch(
+    tracer: trace.Tracer, spans: list[Span], database: str | None, calls: int
+) -> Iterator[Span]:
+    links: tuple[Link, ...] = ()
+    if len(spans) == 1:
+        parent = trace.set_span_in_context(spans[0], Context())
+    else:
+        parent, links = Context(), tuple(Link(span.get_span_context()) for span in spans)
+    with tracer.start_as_current_span(
+        f"transaction {database}" if database else "transaction",
+        context=parent,
+        kind=SpanKind.CLIENT,
+        attributes={
+            DB_SYSTEM_NAME: POSTGRESQL,
+            **_optional(DB_NAMESPACE, database),
+            DB_OPERATION_NAME: "transaction",
+            MESSAGING_BATCH_MESSAGE_COUNT: calls,
+        },
+        links=links,
+    ) as span:
+        if links:
+            batch = span.get_span_context()
+            for call in spans:
+                call.add_link(batch)
+        yield span
+
+
+def posting(
+    method: str, url_template: str, *, channel_id: str
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A CLIENT span `<method> <url template>` for a request to Discord's API."""
+    tracer = _STATE.tracer
+    if tracer is None:
+        return _OFF
+    return tracer.start_as_current_span(
+        f"{method} {url_template}",
+        kind=SpanKind.CLIENT,
+        attributes={
+            HTTP_REQUEST_METHOD: method,
+            URL_TEMPLATE: url_template,
+            "discord.channel.id": channel_id,
+        },
+    )
+
+
+def failed(
+    span: Span | None,
+    error_type: str,
+    description: str | None = None,
+    *,
+    status_code: int | None = None,
+) -> None:
+    """Marks a span as failed (`error.type`, status ERROR), when there is one; `status_code`:
+    the HTTP status that said so."""
+    if span is None or not span.is_recording():
+        return
+    span.set_attribute(ERROR_TYPE, error_type)
+    if status_code is not None:
+        span.set_attribute(HTTP_RESPONSE_STATUS_CODE, status_code)
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def current_span() -> Span | None:
+    """The current span while tracing is on; None when it is off."""
+    return None if _STATE.tracer is None else trace.get_current_span()
+
+
+def traceparent_of(span: Span | None) -> str | None:
+    """The W3C `traceparent` of `span`, to store (the outbox keeps one per row)."""
+    if span is None:
+        return None
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span, Context()))
+    return carrier.get("traceparent")
+
+
+def trace_id_of(span: Span | None) -> str | None:
+    """The span's trace id as 32 hex digits, as trace viewers show it."""
+    if span is None or not span.get_span_context().is_valid:
+        return None
+    return f"{span.get_span_context().trace_id:032x}"
+
+
+def add_trace_ids(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
+    """A structlog processor: `trace_id` and `span_id` on every line logged within a span."""
+    if _STATE.tracer is not None:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            event_dict["trace_id"] = f"{context.trace_id:032x}"
+            event_dict["span_id"] = f"{context.span_id:016x}"
+    return event_dict
+
+
+def _optional(name: str, value: object) -> dict[str, Any]:
+    return {} if value is None or value == "" else {name: value}
