@@ -126,3 +126,10 @@ cluster: install
 
 cluster-down: install
 	@$(BIN)/python -m harness.localnodes down --dir $(CLUSTER_DIR)
+
+# The settings table of docs/contract.md, rendered from infra/settings.py (a unit test fails
+# when the page differs from it).
+.PHONY: docs
+
+docs: install
+	$(BIN)/python -m infra.settings_table

@@ -1,4 +1,5 @@
-"""Every setting of every process, read from the environment (docs/contract.md, "Settings").
+"""Every setting of every process, read from the environment (docs/contract.md, "Settings",
+rendered from the fields' descriptions by `infra.settings_table`).
 
 Each secret may instead come from a file named by `<VARIABLE>_FILE` (`LTM_DATABASE_URL_FILE`,
 `DISCORD_TOKEN_FILE`, …), the convention of Docker secrets: the file's content, trailing
@@ -51,70 +52,227 @@ SECRET_SETTINGS: Final = frozenset(
 
 
 class Settings(BaseSettings):
+    """Each field's `description` is its row in docs/contract.md's settings table
+    (`infra.settings_table` renders it): say there what a reader of the table needs."""
+
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    database_url: str = "postgresql://localhost/ltm"
+    database_url: str = Field(
+        default="postgresql://localhost/ltm",
+        description=(
+            "libpq URL; `make run` uses `postgresql://postgres@127.0.0.1:5432/ltm`; "
+            "`?sslmode=verify-full&sslrootcert=FILE` for TLS; several hosts for a primary and "
+            "its standby, `postgresql://u@h1:5432,h2:5432/ltm?target_session_attrs=read-write` "
+            "(libpq's failover: connections go to the one that takes writes)"
+        ),
+    )
     # One URL, or one per node of a cluster separated by commas (`amqp.BrokerNodes`).
-    amqp_url: str = "amqp://guest:guest@localhost:5672/"
-    # `amqps://` URLs: the CA the broker's certificate is checked against (else the system's),
-    # and a client certificate for brokers that ask for one.
-    amqp_ca_file: Path | None = None
-    amqp_cert_file: Path | None = None
-    amqp_key_file: Path | None = None
-    amqp_prefix: str = DEFAULT_PREFIX
-    # Replicas of every quorum queue and of the audit stream, on a cluster; unset, the broker's
-    # default (docs/operations.md, "Running on a cluster"). The same in every process.
-    amqp_replicas: int | None = Field(default=None, ge=1)
-    max_memory_length: int = Field(default=1000, ge=1)
-    # How many memories the create tool lets a scope hold: a server's of one persona lineage,
-    # or a person's of one lineage and the global one (lineage 0) together.
-    max_server_memories: int = Field(default=25, ge=1)
-    max_personal_memories: int = Field(default=25, ge=1)
-    shard_count: int = Field(default=1, ge=1)
-    db_retry_seconds: float = Field(default=10.0, ge=0)
+    amqp_url: str = Field(
+        default="amqp://guest:guest@localhost:5672/",
+        description=(
+            "`?heartbeat=N` (60 by default) sets how soon a silently dead connection is "
+            "noticed: after about 3 × (N + 1) s; `amqps://` for TLS. On a cluster, one URL per "
+            "node separated by commas: a process connects to the first that answers and, when "
+            "its connection is lost or refused, to the next (round-robin from the one after the "
+            "node that failed). The URLs must share their scheme, user and virtual host, or the "
+            "process refuses to start"
+        ),
+    )
+    amqp_ca_file: Path | None = Field(
+        default=None,
+        description=(
+            "`amqps://`: the CA the broker's certificate is checked against (unset: the "
+            "system's); the host name is checked too"
+        ),
+    )
+    amqp_cert_file: Path | None = Field(
+        default=None,
+        description="`amqps://`: a client certificate, for a broker that asks for one",
+    )
+    amqp_key_file: Path | None = Field(
+        default=None, description="`amqps://`: the client certificate's key"
+    )
+    amqp_prefix: str = Field(
+        default=DEFAULT_PREFIX, description="prefix of every exchange and queue (`<p>`)"
+    )
+    amqp_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "on a cluster, replicas of every quorum queue (`x-quorum-initial-group-size`) and "
+            "of the audit stream (`x-initial-cluster-size`) the project declares; unset, "
+            "neither argument is sent, the broker's default. The same in every process of a "
+            "deployment, bots that declare the queues included (a queue declared with another "
+            "value is refused by the broker: the error names this setting)"
+        ),
+    )
+    max_memory_length: int = Field(
+        default=1000, ge=1, description="code points a memory may hold, after sanitizing"
+    )
+    # A server's scope is of one persona lineage; a person's, of one lineage and the global
+    # one (lineage 0) together: see docs/behaviour.md, create step 7.
+    max_server_memories: int = Field(
+        default=25,
+        ge=1,
+        description="server memories the create tool lets a server hold per persona lineage",
+    )
+    max_personal_memories: int = Field(
+        default=25,
+        ge=1,
+        description=(
+            "personal memories the create tool lets one person hold per persona lineage, "
+            "lineage 0 counted with it"
+        ),
+    )
+    shard_count: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "shard queues `ltm topology` declares; the worker declares any other shard's queue "
+            "before its first reply there (so replies wait for `LTM_REPLY_TTL_S` until a "
+            "gateway takes the shard) and logs a warning for a shard beyond this count"
+        ),
+    )
+    db_retry_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="how long transient database faults are retried before `…_db_error`",
+    )
     # A worker's transactions hold row locks for milliseconds: a longer wait is a lock held
     # from outside (an open session), which must fail one call, not stall every call.
-    db_lock_timeout_s: float = Field(default=2.0, gt=0)
-    reply_ttl_s: int = Field(default=900, ge=1)
-    metrics_port: int = Field(default=9464, ge=0, le=65535)
-    # Where /metrics, /healthz and /readyz listen: this host only unless asked (a container
-    # sets 0.0.0.0 for its scraper and its health check to reach them).
-    metrics_host: str = "127.0.0.1"
+    db_lock_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description=(
+            "a statement waiting longer for a row lock held from outside (an open session) "
+            "fails (PostgreSQL `lock_timeout`): that call alone is retried, then answered "
+            "`…_db_error` and dead-lettered for replay; the calls batched with it go on"
+        ),
+    )
+    reply_ttl_s: int = Field(
+        default=900, ge=1, description="expiration of results and embeds, in seconds"
+    )
+    metrics_port: int = Field(
+        default=9464,
+        ge=0,
+        le=65535,
+        description=(
+            "the worker's `/metrics`, `/healthz`, `/readyz`; `0` turns them off; a second "
+            "worker on one host needs another"
+        ),
+    )
+    # This host only unless asked: a container sets 0.0.0.0 for its scraper and its health
+    # check to reach the endpoints.
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description=(
+            "where the worker's and the gateway's endpoints listen; `0.0.0.0` for a scraper on "
+            "another host or container (`docker-compose.yml` sets it)"
+        ),
+    )
 
-    # Least privilege (README, "Security"): the broker accounts of each role, for
+    # Least privilege (docs/security.md): the broker accounts of each role, for
     # `ltm broker-definitions`, and the accounts whose tool calls the worker takes.
-    broker_worker_user: str = "ltm-worker"
-    broker_bot_user: str = "ltm-bot"
-    broker_operator_user: str = "ltm-operator"
-    broker_worker_password: SecretStr | None = None
-    broker_bot_password: SecretStr | None = None
-    broker_operator_password: SecretStr | None = None
+    broker_worker_user: str = Field(
+        default="ltm-worker", description="the worker's broker user in `ltm broker-definitions`"
+    )
+    broker_bot_user: str = Field(
+        default="ltm-bot", description="the bots' broker user in `ltm broker-definitions`"
+    )
+    broker_operator_user: str = Field(
+        default="ltm-operator",
+        description="the operators' broker user in `ltm broker-definitions`",
+    )
+    broker_worker_password: SecretStr | None = Field(
+        default=None,
+        description="the worker's broker password (required by `ltm broker-definitions`)",
+    )
+    broker_bot_password: SecretStr | None = Field(
+        default=None,
+        description="the bots' broker password (required by `ltm broker-definitions`)",
+    )
+    broker_operator_password: SecretStr | None = Field(
+        default=None,
+        description="the operators' broker password (required by `ltm broker-definitions`)",
+    )
     # Unset: every publisher is accepted (and the worker says so at start).
-    trusted_publishers: Annotated[frozenset[str] | None, NoDecode] = None
-    # A tool call's body larger than this is dead-lettered without being parsed.
-    max_message_bytes: int = Field(default=262_144, ge=1)
+    trusted_publishers: Annotated[frozenset[str] | None, NoDecode] = Field(
+        default=None,
+        description=(
+            "comma-separated broker users whose tool calls the worker runs; others are "
+            "dead-lettered `untrusted publisher` (unset or blank: every publisher, said once "
+            "at start)"
+        ),
+    )
+    max_message_bytes: int = Field(
+        default=262_144,
+        ge=1,
+        description="a tool call's body larger than this is dead-lettered `too large`, unparsed",
+    )
 
     # Beyond the contract: how hard one worker process works.
-    prefetch: int = Field(default=256, ge=1)
-    db_pool_size: int = Field(default=8, ge=1)
+    prefetch: int = Field(default=256, ge=1, description="deliveries in flight per worker")
+    db_pool_size: int = Field(default=8, ge=1, description="database connections per worker")
     # Calls that arrive together share a transaction; this many transactions run at once.
     # One at a time lets calls gather behind it, which is what makes batches under load
     # (measured: 1 → ~500 calls/s, 2 → ~400, the database being cheaper per call in bulk).
-    max_batch: int = Field(default=64, ge=1)
-    batch_concurrency: int = Field(default=1, ge=1)
-    shutdown_grace_s: float = Field(default=20.0, ge=0)
-    outbox_sweep_interval_s: float = Field(default=2.0, gt=0)
-    outbox_retention_s: float = Field(default=3600.0, ge=0)
-    log_format: str = Field(default="auto", pattern="^(auto|json|console)$")
-    log_level: str = "INFO"
+    max_batch: int = Field(default=64, ge=1, description="calls per database transaction at most")
+    batch_concurrency: int = Field(
+        default=1,
+        ge=1,
+        description="transactions at once per worker (at most `LTM_DB_POOL_SIZE`)",
+    )
+    shutdown_grace_s: float = Field(
+        default=20.0,
+        ge=0,
+        description=(
+            "how long a stopping process waits for in-flight work; `make run` kills a process "
+            "still running 5 s after that"
+        ),
+    )
+    outbox_sweep_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="how often the outbox sweep looks for rows left unpublished",
+    )
+    outbox_retention_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="how long published outbox rows are kept before the sweep deletes them",
+    )
+    log_format: str = Field(
+        default="auto",
+        pattern="^(auto|json|console)$",
+        description="`json` (one object a line), `console`, or `auto` (console on a terminal)",
+    )
+    log_level: str = Field(default="INFO", description="the lowest level logged")
 
     # Gateway (no LTM_ prefix: these are the bot's own names).
-    discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
-    discord_api_url: str | None = Field(default=None, validation_alias="DISCORD_API_URL")
-    persona_cache_ttl_s: float = 600.0
+    discord_token: SecretStr | None = Field(
+        default=None,
+        validation_alias="DISCORD_TOKEN",
+        description="the gateway's bot token; unset, the gateway draws embeds in the terminal",
+    )
+    discord_api_url: str | None = Field(
+        default=None,
+        validation_alias="DISCORD_API_URL",
+        description="another Discord REST endpoint (unset: Discord's; tests point it at a fake)",
+    )
+    persona_cache_ttl_s: float = Field(
+        default=600.0, description="seconds an entry of the gateway's persona-state cache lives"
+    )
     # A port of its own: `make run` and most hosts run a worker and a gateway side by side.
-    gateway_metrics_port: int = Field(default=9465, ge=0, le=65535)
-    user_cache_ttl_s: float = 1800.0
+    gateway_metrics_port: int = Field(
+        default=9465,
+        ge=0,
+        le=65535,
+        description=(
+            "the same endpoints for `ltm gateway`; each gateway process on one host needs its own"
+        ),
+    )
+    user_cache_ttl_s: float = Field(
+        default=1800.0, description="seconds an entry of the gateway's user cache lives"
+    )
 
     @field_validator("trusted_publishers", mode="before")
     @classmethod
@@ -145,15 +303,34 @@ class Settings(BaseSettings):
         """The deployment's names and queue arguments: its prefix and replicas."""
         return Topology(self.amqp_prefix, replicas=self.amqp_replicas)
 
-    # `ltm console`: the operators' password as an Argon2 hash (`ltm console hash-password`);
-    # unset, the console does not start. Sessions end this long after the login.
-    console_password_hash: SecretStr | None = None
-    console_session_ttl_s: float = Field(default=8 * 3600.0, gt=0)
-    # Behind a proxy that terminates TLS, the session cookie is marked Secure (it is anyway
-    # when the request itself came over TLS).
-    console_behind_tls: bool = False
-    # How often the overview reads the database and the broker again (and its page asks).
-    console_refresh_s: float = Field(default=5.0, gt=0)
+    # `ltm console`: the operators' password as an Argon2 hash; sessions end this long after
+    # the login.
+    console_password_hash: SecretStr | None = Field(
+        default=None,
+        description=(
+            "the console's password, as `ltm console hash-password` prints it (an Argon2 "
+            "hash); unset, `ltm console` does not start"
+        ),
+    )
+    console_session_ttl_s: float = Field(
+        default=8 * 3600.0,
+        gt=0,
+        description="how long a console session lasts after its login, in seconds",
+    )
+    # Behind a proxy that terminates TLS the request itself is plain HTTP, so the console
+    # cannot see that the cookie travels encrypted.
+    console_behind_tls: bool = Field(
+        default=False,
+        description=(
+            "`true` behind a proxy that terminates TLS: the session cookie is marked `Secure` "
+            "(it is anyway when the request itself came over TLS)"
+        ),
+    )
+    console_refresh_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="how often the console's overview reads the database and the broker again",
+    )
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -1,5 +1,7 @@
-"""The repository documents itself: nothing refers to a specification kept outside it, and
-every relative link of the documentation leads to a file (and heading) that exists."""
+"""The repository documents itself: nothing refers to a specification kept outside it, every
+relative link of the documentation leads to a file (and heading) that exists, the README stays
+short and begins with the commands CI runs, and the facts the code owns (the settings, the
+statuses) are the ones the pages show."""
 
 from __future__ import annotations
 
@@ -13,9 +15,16 @@ from urllib.parse import unquote
 
 import pytest
 
+from contracts import MemoryStatus
+from infra.settings import Settings, environment_variable
+from infra.settings_table import BEGIN_MARKER, END_MARKER, settings_table, with_settings_table
+
 ROOT: Final = Path(__file__).resolve().parents[2]
 DOCS: Final = ROOT / "docs"
-DOCUMENTATION: Final = (ROOT / "README.md", *sorted(DOCS.glob("*.md")))
+README: Final = ROOT / "README.md"
+DOCUMENTATION: Final = (README, *sorted(DOCS.glob("*.md")), ROOT / "bench" / "RESULTS.md")
+# The README is the newcomer's page: what the service is, its first commands, a short walk.
+README_MOST_LINES: Final = 200
 
 # Version control, the virtualenv and what tools generate: not the repository's own text.
 _SKIPPED_DIRECTORIES: Final = frozenset(
@@ -113,6 +122,8 @@ def test_the_documentation_pages_exist() -> None:
         "contract.md",
         "architecture.md",
         "operations.md",
+        "security.md",
+        "development.md",
     }
 
 
@@ -182,3 +193,80 @@ def test_anchors_are_made_as_github_makes_them() -> None:
     )
     assert _anchor("`memory.*` audit events") == "memory-audit-events"
     assert _anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
+
+
+def test_the_readme_is_short() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MOST_LINES, f"README.md has {len(lines)} lines"
+
+
+def _first_commands(markdown: str) -> list[str]:
+    """The commands of the page's first fenced block, comments dropped."""
+    block = _FENCED_BLOCK.search(markdown)
+    assert block, "no fenced block"
+    body = block.group(0).splitlines()[1:-1]
+    return [line.split("#", 1)[0].strip() for line in body if line.split("#", 1)[0].strip()]
+
+
+def test_the_readme_begins_with_the_commands_ci_runs() -> None:
+    # CI runs "the README's test command": the first two commands are the newcomer's and CI's.
+    assert _first_commands(README.read_text(encoding="utf-8"))[:2] == ["make run", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "make test" in (line.strip() for line in ci)
+
+
+def test_the_settings_table_is_the_settings() -> None:
+    page = (DOCS / "contract.md").read_text(encoding="utf-8")
+    assert page.count(BEGIN_MARKER) == 1 and page.count(END_MARKER) == 1
+    assert with_settings_table(page) == page, "docs/contract.md's settings: run `make docs`"
+
+
+def test_every_setting_has_a_row_and_a_description() -> None:
+    table = settings_table()
+    for name, field in Settings.model_fields.items():
+        assert field.description, f"Settings.{name} has no description"
+        assert f"| `{environment_variable(name, field)}` |" in table
+
+
+def test_the_settings_table_is_replaced_in_place() -> None:
+    page = f"before\n{BEGIN_MARKER}\n| stale |\n{END_MARKER}\nafter\n"
+    rendered = with_settings_table(page)
+    assert rendered.startswith(f"before\n{BEGIN_MARKER}\n| variable |")
+    assert rendered.endswith(f"|\n{END_MARKER}\nafter\n")
+    assert "stale" not in rendered
+    with pytest.raises(ValueError, match="markers"):
+        with_settings_table("no markers here")
+
+
+# Variables the pages may name that are not settings: crash tests, the Kubernetes secrets
+# script, the console's screenshots.
+_OTHER_VARIABLES: Final = re.compile(r"^LTM_(?:FAILPOINTS|K8S_\w+|SCREENSHOTS|TEST\w*)$")
+_VARIABLE: Final = re.compile(r"\bLTM_[A-Z0-9_]*[A-Z0-9]\b")
+
+
+def test_every_variable_the_pages_name_is_a_setting() -> None:
+    known = {environment_variable(name, field) for name, field in Settings.model_fields.items()}
+    unknown = []
+    for page in DOCUMENTATION:
+        for variable in set(_VARIABLE.findall(page.read_text(encoding="utf-8"))):
+            setting = variable if variable in known else variable.removesuffix("_FILE")
+            if setting not in known and not _OTHER_VARIABLES.match(variable):
+                unknown.append(f"{page.relative_to(ROOT)}: {variable}")
+    assert not unknown, "\n".join(sorted(unknown))
+
+
+def test_every_status_is_described() -> None:
+    behaviour = (DOCS / "behaviour.md").read_text(encoding="utf-8")
+    missing = [status.value for status in MemoryStatus if f"`{status.value}`" not in behaviour]
+    assert not missing, missing
+
+
+def test_the_architecture_says_where_things_happen() -> None:
+    anchors = _anchors((DOCS / "architecture.md").read_text(encoding="utf-8"))
+    assert anchors >= {
+        "where-things-happen",
+        "where-each-status-is-decided",
+        "where-each-row-is-written",
+        "where-each-event-leaves",
+        "where-a-message-is-acked-nacked-or-dead-lettered",
+    }
