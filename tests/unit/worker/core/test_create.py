@@ -26,6 +26,7 @@ from worker.core.create import (
     content_key,
     is_self,
     parse_create_arguments,
+    plan_create,
     prepare_new_content,
     result_of_create,
     with_bridge_user_name,
@@ -393,6 +394,26 @@ NEW_PERSONAL_MEMORY = replace(
     owner_disc_id=ALICE_ID,
     owner_label="Alice (@alice)",
 )
+
+
+# Steps 5 to 7 passed: the memory to save, under the ids allocated for it.
+
+
+def test_a_personal_memory_is_planned_for_its_owner() -> None:
+    key = ScopeKey.of_owner(ALICE_ID, 42)
+    planned = plan_create(
+        key, "{user} trusts {bot}", state(), (ALICE, ALICE_ROW), ids=(30, 7), fallback=None
+    )
+    assert planned == NEW_PERSONAL_MEMORY
+
+
+def test_a_server_memory_is_planned_with_its_fallback() -> None:
+    key = ScopeKey.of_server(3, 42)
+    fallback = ServerFallback("bridge_user", "Al")
+    planned = plan_create(
+        key, "{user} hosts movie night", state(), None, ids=(30, 7), fallback=fallback
+    )
+    assert planned == replace(NEW_SERVER_MEMORY, fallback="bridge_user", bridge_user="Al")
 
 
 def test_the_results_data() -> None:
