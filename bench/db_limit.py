@@ -39,13 +39,14 @@ from bench.sql import (
     server_update,
 )
 from bench.world import Target, content_for, tool_call
-from contracts import Event, ToolCallRequested, decode_event
+from contracts import Event, ToolCallCompleted, ToolCallRequested, decode_event
 from worker.adapters.inbox import claim_params
 from worker.adapters.memory_store import pipelined_transaction
-from worker.core.decide import success
 from worker.core.model import WrittenMemory
 from worker.core.outgoing import OutgoingEvent
-from worker.core.records import Answer, PlannedWrite
+from worker.core.records import PlannedWrite
+from worker.core.update import result_of_update
+from worker.tools.base import result_for
 
 __all__ = ["DbFigure", "as_dict", "measure"]
 
@@ -125,17 +126,17 @@ async def _one_transaction(
                     content_before=row["content_before"],
                     persona_lineage_id=row["persona_lineage_id"],
                 )
-        answers: list[Answer] = []
+        results: list[ToolCallCompleted] = []
         events: list[OutgoingEvent] = []
         bodies: list[bytes] = []
         for call, planned in zip(requests, writes, strict=True):
             memory = written.get(call.tool_call_id)
             if memory is None:
                 continue  # not the bench's case: its memories exist; counted as a failure
-            answers.append(Answer(call.tool_call_id, *success(planned.write, memory)))
+            results.append(result_for(call, *result_of_update(planned.write, memory)))
             events.extend(outgoing.for_call(call))
             bodies.extend(outgoing.bodies)
-        await cursor.execute(FINISH, finish_params(answers, events, bodies), prepare=True)
+        await cursor.execute(FINISH, finish_params(results, events, bodies), prepare=True)
     return len(written), [outgoing.event.event_id for outgoing in events]
 
 

@@ -61,7 +61,6 @@ from contracts import (
 from worker.adapters.inbox import claim_params
 from worker.adapters.memory_writes import apply_params
 from worker.core.outgoing import OutgoingEvent
-from worker.core.records import Answer
 
 __all__ = ["app", "broker", "main"]
 
@@ -154,8 +153,7 @@ async def update_memory(call: ToolCallRequested) -> None:
         bodies = [encode_event(item.event) for item in outgoing]
         result = outgoing[0].event
         assert isinstance(result, ToolCallCompleted)
-        answer = Answer(call.tool_call_id, result.status, result.message, result.data)
-        await cursor.execute(FINISH, finish_params([answer], outgoing, bodies))
+        await cursor.execute(FINISH, finish_params([result], outgoing, bodies))
     await asyncio.gather(
         *(
             _publish(item.event, body, item.routing_key, item.ttl_ms)

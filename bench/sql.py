@@ -6,9 +6,9 @@ The text is imported from the modules that own it (`worker.adapters.inbox`'s `CL
 bench runs exactly the statements the worker runs.
 Their parameters come from the worker's own builders (`claim_params`, `apply_params`,
 `events_params`, `answers_params`) over the worker's own objects (`ToolCallRequested`,
-`PlannedWrite`, `OutgoingEvent`, `Answer`): each batch travels as one JSON parameter, and a
-single call is a batch of one. The helpers here only put those builders together the way
-`ToolCallTransaction` does.
+`PlannedWrite`, `OutgoingEvent`, `ToolCallCompleted`): each batch travels as one JSON
+parameter, and a single call is a batch of one. The helpers here only put those builders
+together the way `ToolCallTransaction` does.
 
 If the worker renames a statement or a builder, importing this module fails; if a statement
 takes other parameters, the builders change with it.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from contracts import ToolCallRequested
+from contracts import ToolCallCompleted, ToolCallRequested
 from infra.storage.engine import psycopg_sql
 from worker.adapters import inbox, memory_writes
 from worker.adapters.inbox import answers_params
@@ -28,7 +28,7 @@ from worker.adapters.outbox import MARK_PUBLISHED as MARK_PUBLISHED_TEXT
 from worker.adapters.outbox import events_params
 from worker.core.model import MemoryWrite
 from worker.core.outgoing import OutgoingEvent
-from worker.core.records import Answer, PlannedWrite
+from worker.core.records import PlannedWrite
 
 __all__ = [
     "APPLY",
@@ -54,7 +54,7 @@ MARK_PUBLISHED: Final = psycopg_sql(MARK_PUBLISHED_TEXT)
 def server_update(
     call: ToolCallRequested, claimed: Mapping[str, Any], *, memory_id: int, content: str
 ) -> PlannedWrite:
-    """The write the worker plans (`plan_write`, no owner) for a server-memory update.
+    """The write the worker plans (`plan_update`, no owner) for a server-memory update.
 
     `claimed` is the call's row of `CLAIM`, with its server and persona lineage.
     """
@@ -80,7 +80,7 @@ def apply_batches(writes: Sequence[PlannedWrite]) -> list[dict[str, str]]:
 
 
 def finish_params(
-    answers: Sequence[Answer], events: Sequence[OutgoingEvent], bodies: Sequence[bytes]
+    results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent], bodies: Sequence[bytes]
 ) -> dict[str, str]:
     """`FINISH`'s parameters, as `worker.adapters.inbox.finish` passes them."""
-    return {**events_params(events, bodies), **answers_params(answers)}
+    return {**events_params(events, bodies), **answers_params(results)}

@@ -40,7 +40,7 @@ __all__ = [
     "MessageContext",
     "ToolClient",
     "ToolClientUnavailable",
-    "parse_arguments",
+    "decode_tool_arguments",
     "timeout_answer",
     "unavailable_answer",
 ]
@@ -78,7 +78,7 @@ def unavailable_answer(reason: str) -> dict[str, Any]:
     }
 
 
-def parse_arguments(arguments: Mapping[str, Any] | str | None) -> Any:
+def decode_tool_arguments(arguments: Mapping[str, Any] | str | None) -> Any:
     """The LLM's arguments as JSON: a dict as is, a JSON string parsed.
 
     A string that is not JSON is passed on unchanged: the worker judges arguments (and answers
@@ -206,7 +206,7 @@ class ToolClient:
         return ToolCallRequested(
             tool_call_id=tool_call_id,
             tool_name=tool_name,
-            arguments=parse_arguments(arguments),
+            arguments=decode_tool_arguments(arguments),
             context=contract,
         )
 

@@ -7,14 +7,14 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from contracts import CacheInvalidate, MemoryRestored, audit_routing_key, cache_routing_key
+from contracts import MemoryRestored
 from infra.observability.logs import get_logger
 from infra.settings import Settings
 from operators.engines import one_shot_engine
 from operators.recording import publish_queued
 from operators.revision_store import RestoredMemory, Revision, RevisionStore, UnchangedMemory
 from worker.adapters.outbox import queue_events
-from worker.core.outgoing import OutgoingEvent
+from worker.core.outgoing import OutgoingEvent, change_events
 
 __all__ = ["restore_events", "restore_revision", "revision_history"]
 
@@ -30,7 +30,6 @@ async def revision_history(engine: AsyncEngine, memory_id: int) -> list[Revision
 def restore_events(restored: RestoredMemory) -> list[OutgoingEvent]:
     """The audit event and the cache invalidation of a restore; a restore posts no embed."""
     revision = restored.revision
-    owner = restored.owner_disc_id
     audit = MemoryRestored(
         tool_call_id=revision.tool_call_id,
         revision_id=revision.revision_id,
@@ -39,25 +38,14 @@ def restore_events(restored: RestoredMemory) -> list[OutgoingEvent]:
         # The server key: a guild's id, or the user's id for a DM.
         guild_id=restored.server_disc_id,
         channel_id=None,
-        owner_id=owner,
+        owner_id=restored.owner_disc_id,
         actor_id=revision.actor_disc_id,
         persona_id=None,
         persona_lineage_id=revision.persona_lineage_id,
         content_before=revision.content_before,
         content_after=revision.content_after,
     )
-    events = [OutgoingEvent(audit, audit_routing_key("restored", audit.scope))]
-    key = owner if revision.scope == "target_user" else restored.server_disc_id
-    if key is not None:
-        invalidation = CacheInvalidate(
-            cache="user" if revision.scope == "target_user" else "persona_state",
-            key=key,
-            tool_call_id=revision.tool_call_id,
-        )
-        events.append(
-            OutgoingEvent(invalidation, cache_routing_key(invalidation.cache, invalidation.key))
-        )
-    return events
+    return change_events(audit, server_disc_id=restored.server_disc_id)
 
 
 async def restore_revision(

@@ -34,7 +34,7 @@ from infra.messaging import amqp
 from infra.observability import tracing
 from infra.settings import Settings
 
-__all__ = ["Answer", "Unroutable", "complete_envelope", "publish_and_wait"]
+__all__ = ["ReceivedResult", "Unroutable", "complete_envelope", "publish_and_wait"]
 
 
 def complete_envelope(body: bytes) -> ToolCallRequested:
@@ -55,8 +55,9 @@ def complete_envelope(body: bytes) -> ToolCallRequested:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """The result of a call, and whether the worker repeated it from the idempotency record."""
+class ReceivedResult:
+    """The result of a call as it came back, and whether the worker repeated it from the
+    idempotency record."""
 
     result: ToolCallCompleted
     replayed: bool
@@ -71,7 +72,7 @@ async def publish_and_wait(
     call: ToolCallRequested,
     timeout: float,
     on_published: Callable[[str | None], None],
-) -> Answer:
+) -> ReceivedResult:
     """Publishes `call` and waits for its result; `on_published` hears of it once the broker
     took the call, with the trace id when tracing is on. Raises `Unroutable` when no queue is
     bound for its tool, `ChannelNotFoundEntity` without the topology, `TimeoutError` when no
@@ -87,7 +88,7 @@ async def publish_and_wait(
             topology.call_queue(uuid.uuid4().hex), exclusive=True, auto_delete=True
         )
         await replies.bind(events, routing_key=result_routing_key(call.context.shard_id))
-        answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        answered: asyncio.Future[ReceivedResult] = asyncio.get_running_loop().create_future()
 
         async def on_reply(message: aio_pika.abc.AbstractIncomingMessage) -> None:
             async with message.process():
@@ -96,7 +97,7 @@ async def publish_and_wait(
                 event = decode_event(message.body)
                 if isinstance(event, ToolCallCompleted) and not answered.done():
                     replayed = (message.headers or {}).get(REPLAYED_HEADER) is True
-                    answered.set_result(Answer(event, replayed))
+                    answered.set_result(ReceivedResult(event, replayed))
 
         await replies.consume(on_reply)
         tool_calls = await channel.get_exchange(topology.tool_calls_exchange, ensure=True)

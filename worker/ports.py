@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from contracts import Event, ToolCallRequested
+from contracts import Event, ToolCallCompleted, ToolCallRequested
 from worker.core.create import ScopeKey
 from worker.core.model import (
     DirectoryMember,
@@ -24,7 +24,7 @@ from worker.core.model import (
     WrittenMemory,
 )
 from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents
-from worker.core.records import Answer, Claim, LockedScopes, PlannedCreation, PlannedWrite
+from worker.core.records import Claim, LockedScopes, PlannedCreation, PlannedWrite
 
 __all__ = ["Publisher", "ToolCallStore", "ToolCallTransaction"]
 
@@ -73,9 +73,9 @@ class ToolCallTransaction(Protocol):
         ...
 
     async def finish(
-        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
+        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        """Records the answers and queues the events; the rows come back in `events`' order."""
+        """Records the results and queues the events; the rows come back in `events`' order."""
         ...
 
     async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:

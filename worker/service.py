@@ -1,7 +1,7 @@
-"""The pipeline of tool calls: one transaction for a batch, each call run by its tool's pipeline.
+"""A batch of tool calls in one transaction, each call run by its tool.
 
 A batch runs inside one transaction (`ToolCallTransaction`): the inbox rows are claimed
-together, each tool's calls go to its pipeline (`worker.tools.registry`), and every result and
+together, each tool's calls go to that tool (`worker.tools.registry`), and every result and
 event is queued in the outbox with one statement, sent with COMMIT. What it returns is
 committed by the caller, then published.
 """
@@ -14,24 +14,25 @@ from dataclasses import dataclass
 from contracts import ToolCallCompleted, ToolCallRequested
 from worker.core.idempotency import check_same_call
 from worker.core.outgoing import OutboxRow
-from worker.core.records import Answer, StoredResult
+from worker.core.records import StoredResult
 from worker.ports import ToolCallTransaction
 from worker.tools.base import (
     DEFAULT_MEMORY_LIMIT,
     ClaimedCall,
-    Outcome,
-    PipelineSettings,
-    ToolPipeline,
-    answer,
+    ResultAndEvents,
+    Tool,
+    ToolSettings,
+    result_for,
 )
-from worker.tools.registry import PIPELINES, pipeline_for
+from worker.tools.registry import TOOLS_IN_ORDER, tool_for
 
 __all__ = ["Processed", "process_tool_call", "process_tool_calls"]
 
 
 @dataclass(frozen=True, slots=True)
 class Processed:
-    """The result, and the outbox rows to publish once the transaction commits.
+    """A call as the batch left it: its result, and the outbox rows to publish once the
+    transaction commits.
 
     `replayed`: the call was answered before; `result` repeats that answer.
     `reused_id`: the call's id has the record of a different call; `result` refuses it.
@@ -50,20 +51,18 @@ class Processed:
         return not (self.replayed or self.reused_id)
 
 
-def _answer_from_record(
-    call: ToolCallRequested, stored: StoredResult, pipeline: ToolPipeline
-) -> Processed:
-    """A call whose id has a record: the record's answer again, or, when the record is of a
+def _result_from_record(call: ToolCallRequested, stored: StoredResult, tool: Tool) -> Processed:
+    """A call whose id has a record: the record's result again, or, when the record is of a
     different call, a refusal in the call's own tool's family that leaves the record as it is."""
     refused = check_same_call(
-        call, recorded=stored.fingerprint, invalid_args=pipeline.statuses.invalid_args
+        call, recorded=stored.fingerprint, invalid_args=tool.statuses.invalid_args
     )
     if refused is not None:
-        # Answered to this call's own caller: the record's caller got its answer.
-        result = answer(call, refused.status, refused.message, refused.data)
+        # Answered to this call's own caller: the record's caller got its result.
+        result = result_for(call, refused.status, refused.message, refused.data)
         return Processed(result=result, outbox=[], reused_id=True)
-    # Routed as the original call was, so that a bot still waiting for it gets its answer.
-    again = answer(call, stored.status, stored.message, stored.data).model_copy(
+    # Routed as the original call was, so that a bot still waiting for it gets its result.
+    again = result_for(call, stored.status, stored.message, stored.data).model_copy(
         update={
             "tool_name": stored.tool_name,
             "guild_id": stored.guild_id,
@@ -110,51 +109,49 @@ async def process_tool_calls(
     tools one after the other in the registry's order, each once per batch. A call whose id
     has a record is answered from it, or refused when the record is of another call.
     """
-    settings = PipelineSettings(
+    settings = ToolSettings(
         max_memory_length=max_memory_length,
         reply_ttl_ms=reply_ttl_ms,
         max_server_memories=max_server_memories,
         max_personal_memories=max_personal_memories,
     )
-    pipelines = [_pipeline(call) for call in calls]
+    tools = [_tool(call) for call in calls]
     claims = await tx.claim(calls)
-    outcomes: dict[int, Outcome] = {}
-    # By pipeline, not by name (a tool's old name shares its calls' run), in the registry's
+    decided: dict[int, ResultAndEvents] = {}
+    # By tool, not by name (a tool's old name shares its calls' run), in the registry's
     # order, whatever order the calls came in.
-    for pipeline in PIPELINES:
+    for tool in TOOLS_IN_ORDER:
         positions = [
             position
             for position, claim in enumerate(claims)
-            if claim.stored is None and pipelines[position] is pipeline
+            if claim.stored is None and tools[position] is tool
         ]
         if positions:
             claimed = [ClaimedCall(calls[p], claims[p].state) for p in positions]
-            ran = await pipeline.run(claimed, tx, settings)
-            outcomes.update(zip(positions, ran, strict=True))
+            ran = await tool.run(claimed, tx, settings)
+            decided.update(zip(positions, ran, strict=True))
 
-    answers = [
-        Answer(calls[p].tool_call_id, o.result.status, o.result.message, o.result.data)
-        for p, o in sorted(outcomes.items())
-    ]
-    events = [event for _, outcome in sorted(outcomes.items()) for event in outcome.events]
-    rows = await tx.finish(answers, events) if answers else []
+    in_order = [decided[position] for position in sorted(decided)]
+    results = [done.result for done in in_order]
+    events = [event for done in in_order for event in done.events]
+    rows = await tx.finish(results, events) if results else []
 
     # `finish` returns the rows in the order of `events`: each call's come together.
     processed: list[Processed] = []
     offset = 0
     for position, (call, claim) in enumerate(zip(calls, claims, strict=True)):
         if claim.stored is not None:
-            processed.append(_answer_from_record(call, claim.stored, pipelines[position]))
+            processed.append(_result_from_record(call, claim.stored, tools[position]))
             continue
-        outcome = outcomes[position]
-        count = len(outcome.events)
-        processed.append(Processed(outcome.result, rows[offset : offset + count]))
+        done = decided[position]
+        count = len(done.events)
+        processed.append(Processed(done.result, rows[offset : offset + count]))
         offset += count
     return processed
 
 
-def _pipeline(call: ToolCallRequested) -> ToolPipeline:
-    pipeline = pipeline_for(call.tool_name)
-    if pipeline is None:
-        raise LookupError(f"no pipeline for tool {call.tool_name!r}")
-    return pipeline
+def _tool(call: ToolCallRequested) -> Tool:
+    tool = tool_for(call.tool_name)
+    if tool is None:
+        raise LookupError(f"no tool {call.tool_name!r}")
+    return tool

@@ -26,7 +26,7 @@ from contracts import (
 from harness.snowflake import snowflake
 from harness.world import BOT_USER_ID
 from infra.settings import Settings
-from worker.core.arguments import MAX_MEMORY_ID
+from worker.core.update import MAX_MEMORY_ID
 
 __all__ = ["SAVE_OUTCOMES", "PlannedCall", "Planner", "Publish", "publishes_of"]
 

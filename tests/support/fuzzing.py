@@ -6,7 +6,7 @@ import uuid
 
 from hypothesis import strategies as st
 
-from worker.core.arguments import MAX_MEMORY_ID
+from worker.core.update import MAX_MEMORY_ID
 
 __all__ = ["JSON", "MAX_MEMORY_ID", "TRICKY_TEXT", "fresh_id"]
 

@@ -13,13 +13,20 @@ from typing import Any, Final
 import orjson
 import psycopg
 
-from contracts import MemoryStatus, ResultData, ToolCallRequested, encode_event, rfc3339_utc
+from contracts import (
+    MemoryStatus,
+    ResultData,
+    ToolCallCompleted,
+    ToolCallRequested,
+    encode_event,
+    rfc3339_utc,
+)
 from infra.storage.engine import fetch_all, psycopg_sql
 from worker.adapters.outbox import OUTBOX_INSERT, events_params
 from worker.core.idempotency import call_fingerprint
 from worker.core.model import ServerState
 from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents, outbox_rows
-from worker.core.records import Answer, Claim, StoredResult
+from worker.core.records import Claim, StoredResult
 
 __all__ = [
     "CLAIM",
@@ -155,7 +162,7 @@ async def stored_results(
 
 async def finish(
     cursor: psycopg.AsyncCursor[Any],
-    answers: Sequence[Answer],
+    results: Sequence[ToolCallCompleted],
     events: Sequence[OutgoingEvent],
     traceparents: Traceparents,
 ) -> list[OutboxRow]:
@@ -165,7 +172,7 @@ async def finish(
     """
     bodies = [encode_event(outgoing.event) for outgoing in events]
     await cursor.execute(
-        FINISH, {**events_params(events, bodies, traceparents), **answers_params(answers)}
+        FINISH, {**events_params(events, bodies, traceparents), **answers_params(results)}
     )
     return outbox_rows(events, bodies, traceparents)
 
@@ -196,20 +203,20 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
     }
 
 
-def answers_params(answers: Sequence[Answer]) -> dict[str, str]:
-    return {"answers": orjson.dumps([_stored_answer(answer) for answer in answers]).decode()}
+def answers_params(results: Sequence[ToolCallCompleted]) -> dict[str, str]:
+    return {"answers": orjson.dumps([_stored_answer(result) for result in results]).decode()}
 
 
-def _stored_answer(answer: Answer) -> dict[str, Any]:
-    result = {
-        "status": answer.status.value,
-        "message": answer.message,
-        "data": answer.data.model_dump(mode="json"),
+def _stored_answer(result: ToolCallCompleted) -> dict[str, Any]:
+    stored = {
+        "status": result.status.value,
+        "message": result.message,
+        "data": result.data.model_dump(mode="json"),
     }
     return {
-        "tool_call_id": answer.tool_call_id,
-        "status": answer.status.value,
-        "result": _without_nul(result),
+        "tool_call_id": result.tool_call_id,
+        "status": result.status.value,
+        "result": _without_nul(stored),
     }
 
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import psycopg
 
-from contracts import ToolCallRequested
+from contracts import ToolCallCompleted, ToolCallRequested
 from infra.storage.engine import named_cursor, psycopg_sql
 from worker.adapters import inbox, members, memory_creations, memory_writes
 from worker.adapters.outbox import MARK_PUBLISHED
@@ -24,7 +24,6 @@ from worker.core.model import (
 )
 from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents
 from worker.core.records import (
-    Answer,
     Claim,
     LockedScopes,
     PlannedCreation,
@@ -78,9 +77,9 @@ class PostgresToolCallTransaction:
         )
 
     async def finish(
-        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
+        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        return await inbox.finish(self._cursor, answers, events, self._traceparents)
+        return await inbox.finish(self._cursor, results, events, self._traceparents)
 
     async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
         """Earlier calls' outbox rows, confirmed by the broker since: marked in this commit."""

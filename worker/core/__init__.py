@@ -1,1 +1,1 @@
-"""The pipeline's decisions: pure functions over the call and the facts loaded for it, no I/O."""
+"""The tools' decisions: pure functions over the call and the facts loaded for it, no I/O."""

@@ -1,4 +1,5 @@
-"""The create tool's decisions (docs/behaviour.md): pure functions over the call and its facts.
+"""The create tool's decisions (docs/behaviour.md, create steps): pure functions over the call
+and its facts, each giving a Rejection or the way forward.
 
 The update path's parts are reused where the steps are the same (server state, sanitizing,
 resolving the person, the personal path's checks); what they refuse is answered with the
@@ -22,8 +23,6 @@ from contracts import (
     is_matrix_id,
 )
 from worker.core import messages
-from worker.core.arguments import WrongType, read_target_user
-from worker.core.decide import check_personal_scope, check_server_state
 from worker.core.model import (
     AmbiguousUser,
     DirectoryMember,
@@ -36,6 +35,12 @@ from worker.core.model import (
 )
 from worker.core.names import normalize_name
 from worker.core.sanitize import prepare_content, sanitize_placeholders
+from worker.core.update import (
+    WrongType,
+    check_update_owner,
+    check_update_server_state,
+    read_target_user,
+)
 
 __all__ = [
     "CreateArguments",
@@ -45,14 +50,15 @@ __all__ = [
     "ScopeKey",
     "ServerFallback",
     "bridge_user_name",
-    "check_creation_server_state",
-    "check_owner",
-    "choose_owner",
+    "check_create_owner",
+    "check_create_server_state",
+    "check_create_target",
     "content_key",
     "is_self",
     "parse_create_arguments",
+    "plan_create",
     "prepare_new_content",
-    "saved",
+    "result_of_create",
     "with_bridge_user_name",
 ]
 
@@ -155,12 +161,12 @@ def parse_create_arguments(raw: object) -> CreateArguments | Rejection:
     return CreateArguments(content=content, scope="target_user", target_user=target_user)
 
 
-def check_creation_server_state(
+def check_create_server_state(
     state: ServerState | None, context: ToolCallContext
 ) -> Rejection | None:
     """Steps 2 and 3: the update path's checks, and a persona of a lineage of its own (lineage
     0 is the global namespace: a memory saved there would reach every persona)."""
-    refused = check_server_state(state, context)
+    refused = check_update_server_state(state, context)
     if state is None or (refused is not None and refused.status is not MemoryStatus.DISABLED):
         return Rejection(MemoryStatus.SAVE_INTERNAL_ERROR, messages.save_internal_error())
     if state.persona_lineage_id == 0:
@@ -185,7 +191,7 @@ def is_self(target_user: str) -> bool:
     return normalize_name(target_user) == _SELF
 
 
-def choose_owner(
+def check_create_target(
     resolution: Resolution, *, bot_user_id: str
 ) -> ResolvedUser | ServerFallback | Rejection:
     """Step 5: the person a personal memory is about, or why it is saved server-wide."""
@@ -221,7 +227,7 @@ def with_bridge_user_name(content: str, name: str, max_length: int) -> str | Rej
     return written
 
 
-def check_owner(
+def check_create_owner(
     target: ResolvedUser,
     user: StoredUser | None,
     *,
@@ -230,7 +236,7 @@ def check_owner(
 ) -> Rejection | None:
     """The end of step 5: the update path's personal checks (stored, reachable here, privacy),
     each in the create tool's words."""
-    refused = check_personal_scope(
+    refused = check_update_owner(
         target, user, context=context, directory=directory, is_delete=False
     )
     if refused is None:
@@ -309,7 +315,35 @@ def _first_by_key(memories: Iterable[ExistingMemory]) -> dict[str, int]:
     return first
 
 
-def saved(memory: NewMemory) -> tuple[MemoryStatus, str, ResultData]:
+def plan_create(
+    key: ScopeKey,
+    content: str,
+    state: ServerState,
+    owner: tuple[ResolvedUser, StoredUser] | None,
+    *,
+    ids: tuple[int, int],
+    fallback: ServerFallback | None,
+) -> NewMemory:
+    """The memory an admitted creation saves, under the (memory_id, revision_id) allocated."""
+    memory_id, revision_id = ids
+    target, user = owner if owner is not None else (None, None)
+    return NewMemory(
+        scope=key.scope,
+        memory_id=memory_id,
+        revision_id=revision_id,
+        content=content,
+        server_id=state.server_id,
+        persona_id=state.persona_id,
+        persona_lineage_id=state.persona_lineage_id,
+        owner_user_id=user.user_id if user is not None else None,
+        owner_disc_id=target.user_id if target is not None else None,
+        owner_label=target.label if target is not None else None,
+        fallback=fallback.reason if fallback is not None else None,
+        bridge_user=fallback.name if fallback is not None else None,
+    )
+
+
+def result_of_create(memory: NewMemory) -> tuple[MemoryStatus, str, ResultData]:
     """The result of a committed creation."""
     if memory.fallback == "bot":
         message = messages.memory_saved_about_a_bot(memory.memory_id)

@@ -11,7 +11,6 @@ __all__ = [
     "AmbiguousUser",
     "DirectoryMember",
     "ForbiddenWrite",
-    "MemoryArguments",
     "MemoryEditPolicy",
     "MemoryScope",
     "MemoryWrite",
@@ -21,13 +20,14 @@ __all__ = [
     "ResolvedUser",
     "ServerState",
     "StoredUser",
+    "UpdateArguments",
     "WrittenMemory",
 ]
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryArguments:
-    """The tool's arguments after validation. `target_user` is None when absent or blank."""
+class UpdateArguments:
+    """The update tool's arguments after validation. `target_user` is None when absent or blank."""
 
     memory_id: int
     content: str

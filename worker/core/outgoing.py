@@ -1,4 +1,5 @@
-"""The events a change sends, as the core queues them and as the outbox holds them.
+"""The events a change sends, as the core queues them and as the outbox holds them: one call's
+result, and the events of a change of a memory (`change_events`).
 
 An event goes out in the transaction of the change that made it (the outbox), published
 after the commit. A row keeps the trace context of the call that made it (`traceparent`,
@@ -12,14 +13,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from contracts import Event
+from contracts import (
+    CacheInvalidate,
+    EmbedRequested,
+    Event,
+    MemoryChanged,
+    ToolCallCompleted,
+    audit_routing_key,
+    cache_routing_key,
+    embed_routing_key,
+    result_routing_key,
+)
 
 __all__ = [
     "UNTRACED",
     "OutboxRow",
     "OutgoingEvent",
     "Traceparents",
+    "change_events",
     "outbox_rows",
+    "result_event",
     "traceparent_of",
 ]
 
@@ -31,6 +44,52 @@ class OutgoingEvent:
     event: Event
     routing_key: str
     ttl_ms: int | None = None
+
+
+def result_event(result: ToolCallCompleted, reply_ttl_ms: int) -> OutgoingEvent:
+    """A call's result, to its shard: worth sending only while the bot may still wait for it."""
+    return OutgoingEvent(result, result_routing_key(result.shard_id), reply_ttl_ms)
+
+
+def change_events(
+    change: MemoryChanged,
+    *,
+    server_disc_id: str | None,
+    answered: tuple[ToolCallCompleted, EmbedRequested] | None = None,
+    reply_ttl_ms: int | None = None,
+) -> list[OutgoingEvent]:
+    """The events of a change of a memory: `change` is its `memory.*` audit event.
+
+    A tool call's change (`answered`: its result and the embed its channel is shown) sends the
+    result, the embed, the cache invalidation, then the audit event; an operator's (a restore)
+    the audit event, then the invalidation. The invalidation goes to the cache the memory lives
+    in: its owner's for a personal memory, else the persona state of the server
+    (`server_disc_id`); none when that key is unknown.
+    """
+    audit = OutgoingEvent(change, audit_routing_key(change.event_type.split(".")[1], change.scope))
+    personal = change.scope == "target_user"
+    key = change.owner_id if personal else server_disc_id
+    invalidations: list[OutgoingEvent] = []
+    if key is not None:
+        invalidation = CacheInvalidate(
+            causation_id=change.causation_id,
+            cache="user" if personal else "persona_state",
+            key=key,
+            tool_call_id=change.tool_call_id,
+        )
+        invalidations.append(
+            OutgoingEvent(invalidation, cache_routing_key(invalidation.cache, invalidation.key))
+        )
+    if answered is None:
+        return [audit, *invalidations]
+    result, embed = answered
+    assert reply_ttl_ms is not None  # a call's result and embed expire with the reply
+    return [
+        result_event(result, reply_ttl_ms),
+        OutgoingEvent(embed, embed_routing_key(embed.shard_id), reply_ttl_ms),
+        *invalidations,
+        audit,
+    ]
 
 
 @dataclass(frozen=True, slots=True)

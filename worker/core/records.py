@@ -1,4 +1,4 @@
-"""What the pipeline and its database exchange inside a batch's transaction: the inbox's
+"""What the tools and their database exchange inside a batch's transaction: the inbox's
 records of calls, the writes and creations the tools planned, and the scopes locked for them.
 
 Plain values: the service layer and the tools build and read them, the database adapter
@@ -14,7 +14,6 @@ from worker.core.create import ExistingMemory, NewMemory, ScopeKey
 from worker.core.model import MemoryWrite, ServerState, StoredUser
 
 __all__ = [
-    "Answer",
     "Claim",
     "LockedOwner",
     "LockedScopes",
@@ -45,16 +44,6 @@ class Claim:
 
     stored: StoredResult | None
     state: ServerState | None
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A call's result, stored with its inbox row so that a second delivery repeats it."""
-
-    tool_call_id: str
-    status: MemoryStatus
-    message: str
-    data: ResultData
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from aio_pika.exceptions import ChannelNotFoundEntity
 
 from contracts import UPDATE_LONG_TERM_MEMORY, InvalidEnvelope, encode_event
 from infra.settings import Settings
-from operators.tool_call import Answer, Unroutable, complete_envelope, publish_and_wait
+from operators.tool_call import ReceivedResult, Unroutable, complete_envelope, publish_and_wait
 from worker.ops.commands import CallTool
 from worker.ops.output import ExitCode, json_document, print_fields, shown_text
 
@@ -65,7 +65,7 @@ async def call_and_print(
     return ExitCode.OK if answer.result.success else ExitCode.FAILED
 
 
-def print_answer(answer: Answer, *, as_json: bool, out: TextIO, err: TextIO) -> None:
+def print_answer(answer: ReceivedResult, *, as_json: bool, out: TextIO, err: TextIO) -> None:
     """The result as fields for a person, or the `tool_call.completed` event as JSON; a note
     when it came from the idempotency record (to stderr with `as_json`)."""
     result = answer.result

@@ -37,8 +37,8 @@ from worker.runtime.connection import Links
 from worker.runtime.pipeline import Submitted
 from worker.runtime.retry import is_transient
 from worker.service import Processed
-from worker.tools.base import answer
-from worker.tools.registry import pipeline_for
+from worker.tools.base import result_for
+from worker.tools.registry import tool_for
 
 __all__ = ["DeliveryHandler"]
 
@@ -122,7 +122,7 @@ class DeliveryHandler:
         # Bound until the delivery's task ends (each has a context of its own), so that the
         # caller's lines about this call carry its id too.
         structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
-        if pipeline_for(call.tool_name) is None:
+        if tool_for(call.tool_name) is None:
             reason = f"unsupported tool {call.tool_name!r}: no pipeline of this worker takes it"
             await self._dead_letter(message, reason, "unsupported_tool", delivered_at)
             return
@@ -150,7 +150,7 @@ class DeliveryHandler:
         else:
             log.exception("worker.pipeline_failed")
             reason, cause = f"internal error: {error!r}", "internal_error"
-        tool = pipeline_for(call.tool_name)
+        tool = tool_for(call.tool_name)
         assert tool is not None
         await self._answer_unrecorded(
             call, tool.unrecorded(database_away=database_away), delivered_at
@@ -210,7 +210,7 @@ class DeliveryHandler:
     ) -> None:
         """A result the database could not hold: sent directly, so the bot is not left waiting."""
         publisher, shard_queues = self._links.both()
-        result = answer(call, failure.status, failure.message, failure.data)
+        result = result_for(call, failure.status, failure.message, failure.data)
         await shard_queues.ensure(result.shard_id)
         await publisher.publish_event(
             result, result_routing_key(call.context.shard_id), self._reply_ttl_ms

@@ -1,5 +1,5 @@
-"""What a tool's pipeline is: the calls of one batch that are its own, decided inside the
-batch's transaction, each answered with its result and the events that go with it."""
+"""What a tool is: the calls of one batch that are its own, decided inside the batch's
+transaction, each answered with its result and the events that go with it."""
 
 from __future__ import annotations
 
@@ -8,25 +8,28 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from contracts import (
+    EmbedKind,
+    EmbedPayload,
+    EmbedRequested,
     MemoryStatus,
     ResultData,
     ToolCallCompleted,
     ToolCallRequested,
     ToolStatuses,
-    result_routing_key,
 )
 from worker.core.model import Rejection, ServerState
-from worker.core.outgoing import OutgoingEvent
+from worker.core.outgoing import OutgoingEvent, result_event
 from worker.ports import ToolCallTransaction
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
     "ClaimedCall",
-    "Outcome",
-    "PipelineSettings",
-    "ToolPipeline",
-    "answer",
+    "ResultAndEvents",
+    "Tool",
+    "ToolSettings",
+    "embed_requested",
     "refused",
+    "result_for",
 ]
 
 
@@ -35,8 +38,8 @@ DEFAULT_MEMORY_LIMIT: Final = 25
 
 
 @dataclass(frozen=True, slots=True)
-class PipelineSettings:
-    """The settings the pipelines decide with."""
+class ToolSettings:
+    """The settings the tools decide with."""
 
     max_memory_length: int
     reply_ttl_ms: int
@@ -53,21 +56,22 @@ class ClaimedCall:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """A call's answer, and every event queued with it: the result first."""
+class ResultAndEvents:
+    """What a tool made of a call: its result, and every event queued with it (the result
+    first). The inbox records the result, so that a second delivery repeats it."""
 
     result: ToolCallCompleted
     events: list[OutgoingEvent]
 
 
-class ToolPipeline(Protocol):
+class Tool(Protocol):
     """One tool: its statuses, and how a batch's calls of it are decided and written."""
 
     @property
     def statuses(self) -> ToolStatuses: ...
 
     def unrecorded(self, *, database_away: bool) -> Rejection:
-        """The answer to a call that could not run: the database away past the retry budget,
+        """The refusal of a call that could not run: the database away past the retry budget,
         or a fault of the worker's own. Sent directly, since nothing could record it."""
         ...
 
@@ -75,16 +79,17 @@ class ToolPipeline(Protocol):
         self,
         calls: Sequence[ClaimedCall],
         tx: ToolCallTransaction,
-        settings: PipelineSettings,
-    ) -> list[Outcome]:
-        """One outcome per call, in order. Calls run in order: a later call sees what an
-        earlier one wrote, as it would in a transaction of its own."""
+        settings: ToolSettings,
+    ) -> list[ResultAndEvents]:
+        """One result and its events per call, in order. Calls run in order: a later call sees
+        what an earlier one wrote, as it would in a transaction of its own."""
         ...
 
 
-def answer(
+def result_for(
     call: ToolCallRequested, status: MemoryStatus, message: str, data: ResultData
 ) -> ToolCallCompleted:
+    """The result that answers `call`, routed back to where it came from."""
     context = call.context
     return ToolCallCompleted(
         causation_id=call.event_id,
@@ -100,9 +105,23 @@ def answer(
     )
 
 
-def refused(call: ToolCallRequested, rejection: Rejection, reply_ttl_ms: int) -> Outcome:
-    """A failure of the pipeline's steps: the result alone, no embed, invalidation or audit."""
-    result = answer(call, rejection.status, rejection.message, rejection.data)
-    return Outcome(
-        result, [OutgoingEvent(result, result_routing_key(call.context.shard_id), reply_ttl_ms)]
+def embed_requested(
+    call: ToolCallRequested, kind: EmbedKind, embed: EmbedPayload
+) -> EmbedRequested:
+    """The embed a change shows in the channel of `call`."""
+    context = call.context
+    return EmbedRequested(
+        causation_id=call.event_id,
+        tool_call_id=call.tool_call_id,
+        guild_id=context.guild_id,
+        channel_id=context.channel_id,
+        shard_id=context.shard_id,
+        kind=kind,
+        embed=embed,
     )
+
+
+def refused(call: ToolCallRequested, rejection: Rejection, reply_ttl_ms: int) -> ResultAndEvents:
+    """A failure of the tool's steps: the result alone, no embed, invalidation or audit."""
+    result = result_for(call, rejection.status, rejection.message, rejection.data)
+    return ResultAndEvents(result, [result_event(result, reply_ttl_ms)])

@@ -15,15 +15,9 @@ from typing import Final
 
 from contracts import (
     CREATE_STATUSES,
-    CacheInvalidate,
-    EmbedRequested,
     MemoryCreated,
     ToolCallRequested,
     ToolStatuses,
-    audit_routing_key,
-    cache_routing_key,
-    embed_routing_key,
-    result_routing_key,
 )
 from worker.core import messages
 from worker.core.create import (
@@ -32,13 +26,14 @@ from worker.core.create import (
     ScopeContents,
     ScopeKey,
     ServerFallback,
-    check_creation_server_state,
-    check_owner,
-    choose_owner,
+    check_create_owner,
+    check_create_server_state,
+    check_create_target,
     is_self,
     parse_create_arguments,
+    plan_create,
     prepare_new_content,
-    saved,
+    result_of_create,
     with_bridge_user_name,
 )
 from worker.core.embed import build_created_embed
@@ -49,12 +44,19 @@ from worker.core.model import (
     ServerState,
     StoredUser,
 )
-from worker.core.outgoing import OutgoingEvent
+from worker.core.outgoing import change_events
 from worker.core.people import name_of
 from worker.core.records import LockedOwner, PlannedCreation
 from worker.core.resolve import resolve_target_user
 from worker.ports import ToolCallTransaction
-from worker.tools.base import ClaimedCall, Outcome, PipelineSettings, answer, refused
+from worker.tools.base import (
+    ClaimedCall,
+    ResultAndEvents,
+    ToolSettings,
+    embed_requested,
+    refused,
+    result_for,
+)
 
 __all__ = ["CREATE", "CreateMemory"]
 
@@ -82,9 +84,11 @@ class _Destined:
 
 
 @dataclass(frozen=True, slots=True)
-class _Saved:
-    memory: NewMemory
+class _Planned:
+    """Steps 5 to 7 passed: the memory the core decided on, with the facts its events need."""
+
     destined: _Destined
+    memory: NewMemory
     owner: StoredUser | None
 
 
@@ -103,9 +107,9 @@ class CreateMemory:
         self,
         calls: Sequence[ClaimedCall],
         tx: ToolCallTransaction,
-        settings: PipelineSettings,
-    ) -> list[Outcome]:
-        decided: list[Rejection | _Checked | _Destined | _Saved] = [
+        settings: ToolSettings,
+    ) -> list[ResultAndEvents]:
+        decided: list[Rejection | _Checked | _Destined | _Planned] = [
             _check(claimed, settings.max_memory_length) for claimed in calls
         ]
         searched = sorted(
@@ -130,7 +134,7 @@ class CreateMemory:
             ids = iter(locked.new_ids)
             for position, step in enumerate(decided):
                 if isinstance(step, _Destined):
-                    decided[position] = _admit(step, next(ids), locked.owners, contents, settings)
+                    decided[position] = _plan(step, next(ids), locked.owners, contents, settings)
             await tx.create(
                 [
                     PlannedCreation(
@@ -139,14 +143,14 @@ class CreateMemory:
                         tool_call_id=step.destined.checked.call.tool_call_id,
                     )
                     for step in decided
-                    if isinstance(step, _Saved)
+                    if isinstance(step, _Planned)
                 ]
             )
-        outcomes = []
+        results_and_events = []
         for claimed, step in zip(calls, decided, strict=True):
-            assert isinstance(step, Rejection | _Saved)  # every step is decided by now
-            outcomes.append(_outcome(claimed.call, step, settings.reply_ttl_ms))
-        return outcomes
+            assert isinstance(step, Rejection | _Planned)  # every step is decided by now
+            results_and_events.append(_result_and_events(claimed.call, step, settings.reply_ttl_ms))
+        return results_and_events
 
 
 CREATE: Final = CreateMemory()
@@ -158,10 +162,10 @@ def _check(claimed: ClaimedCall, max_memory_length: int) -> Rejection | _Checked
     arguments = parse_create_arguments(call.arguments)
     if isinstance(arguments, Rejection):
         return arguments
-    refusal = check_creation_server_state(state, call.context)
+    refusal = check_create_server_state(state, call.context)
     if refusal is not None:
         return refusal
-    assert state is not None  # check_creation_server_state refuses a missing one
+    assert state is not None  # check_create_server_state refuses a missing one
     content = prepare_new_content(arguments.content, max_memory_length)
     if isinstance(content, Rejection):
         return content
@@ -188,7 +192,7 @@ def _destine(
     resolution = resolve_target_user(
         target_user, context.participants, directory, is_dm=context.is_dm
     )
-    owner = choose_owner(resolution, bot_user_id=context.bot_user_id)
+    owner = check_create_target(resolution, bot_user_id=context.bot_user_id)
     if isinstance(owner, Rejection):
         return owner
     if isinstance(owner, ServerFallback):
@@ -203,64 +207,55 @@ def _destine(
     return _Destined(checked, owner_key, checked.content, directory, owner=owner)
 
 
-def _admit(
+def _plan(
     destined: _Destined,
     ids: tuple[int, int],
     owners: dict[str, LockedOwner],
     contents: ScopeContents,
-    settings: PipelineSettings,
-) -> Rejection | _Saved:
+    settings: ToolSettings,
+) -> Rejection | _Planned:
     """The end of step 5 (the owner's row, read locked), then steps 6 and 7."""
-    checked, owner = destined.checked, destined.owner
+    checked, target = destined.checked, destined.owner
     state, context = checked.state, checked.call.context
-    stored: StoredUser | None = None
-    if owner is not None:
-        locked = owners.get(owner.user_id)
-        stored = locked.stored(state.server_id) if locked is not None else None
-        refusal = check_owner(owner, stored, context=context, directory=destined.directory)
+    owner: tuple[ResolvedUser, StoredUser] | None = None
+    if target is not None:
+        locked = owners.get(target.user_id)
+        user = locked.stored(state.server_id) if locked is not None else None
+        refusal = check_create_owner(target, user, context=context, directory=destined.directory)
         if refusal is not None:
             return refusal
+        assert user is not None  # check_create_owner refuses an unknown user
+        owner = (target, user)
     limit = settings.max_personal_memories if owner else settings.max_server_memories
-    memory_id, revision_id = ids
-    label = owner.label if owner is not None else None
     refusal = contents.admit(
-        destined.key, destined.content, memory_id=memory_id, limit=limit, owner_label=label
+        destined.key,
+        destined.content,
+        memory_id=ids[0],
+        limit=limit,
+        owner_label=target.label if target is not None else None,
     )
     if refusal is not None:
         return refusal
-    fallback = destined.fallback
-    memory = NewMemory(
-        scope=destined.key.scope,
-        memory_id=memory_id,
-        revision_id=revision_id,
-        content=destined.content,
-        server_id=state.server_id,
-        persona_id=state.persona_id,
-        persona_lineage_id=state.persona_lineage_id,
-        owner_user_id=stored.user_id if stored is not None else None,
-        owner_disc_id=owner.user_id if owner is not None else None,
-        owner_label=label,
-        fallback=fallback.reason if fallback is not None else None,
-        bridge_user=fallback.name if fallback is not None else None,
+    memory = plan_create(
+        destined.key, destined.content, state, owner, ids=ids, fallback=destined.fallback
     )
-    return _Saved(memory, destined, stored)
+    return _Planned(destined, memory, owner[1] if owner else None)
 
 
-def _outcome(call: ToolCallRequested, step: Rejection | _Saved, reply_ttl_ms: int) -> Outcome:
+def _result_and_events(
+    call: ToolCallRequested, step: Rejection | _Planned, reply_ttl_ms: int
+) -> ResultAndEvents:
+    """A refusal's result alone; a creation's result, embed, invalidation and audit event
+    (docs/behaviour.md, create step 8)."""
     if isinstance(step, Rejection):
         return refused(call, step, reply_ttl_ms)
-    status, message, data = saved(step.memory)
-    result = answer(call, status, message, data)
     context, memory = call.context, step.memory
-    directory, state = step.destined.directory, step.destined.checked.state
-    embed = EmbedRequested(
-        causation_id=call.event_id,
-        tool_call_id=call.tool_call_id,
-        guild_id=context.guild_id,
-        channel_id=context.channel_id,
-        shard_id=context.shard_id,
-        kind="memory_created",
-        embed=build_created_embed(
+    state, directory = step.destined.checked.state, step.destined.directory
+    result = result_for(call, *result_of_create(memory))
+    embed = embed_requested(
+        call,
+        "memory_created",
+        build_created_embed(
             memory,
             persona_nickname=state.persona_nickname,
             triggerer_name=name_of(context.triggerer_id, context.participants, directory),
@@ -272,13 +267,6 @@ def _outcome(call: ToolCallRequested, step: Rejection | _Saved, reply_ttl_ms: in
             personal_memories_enabled=state.personal_memories_enabled,
             owner_blacklisted=step.owner.blacklisted_here if step.owner else False,
         ),
-    )
-    # A server memory lives in the server's persona state; a personal one in its owner's.
-    invalidation = CacheInvalidate(
-        causation_id=call.event_id,
-        cache="persona_state" if memory.owner_disc_id is None else "user",
-        key=memory.owner_disc_id or context.server_disc_id,
-        tool_call_id=call.tool_call_id,
     )
     audit = MemoryCreated(
         causation_id=call.event_id,
@@ -295,12 +283,10 @@ def _outcome(call: ToolCallRequested, step: Rejection | _Saved, reply_ttl_ms: in
         content_before="",
         content_after=memory.content,
     )
-    return Outcome(
-        result,
-        [
-            OutgoingEvent(result, result_routing_key(context.shard_id), reply_ttl_ms),
-            OutgoingEvent(embed, embed_routing_key(context.shard_id), reply_ttl_ms),
-            OutgoingEvent(invalidation, cache_routing_key(invalidation.cache, invalidation.key)),
-            OutgoingEvent(audit, audit_routing_key("created", memory.scope)),
-        ],
+    events = change_events(
+        audit,
+        server_disc_id=context.server_disc_id,
+        answered=(result, embed),
+        reply_ttl_ms=reply_ttl_ms,
     )
+    return ResultAndEvents(result, events)

@@ -1,4 +1,8 @@
-"""`update_long_term_memory`: change or delete one memory (docs/behaviour.md, update steps)."""
+"""`update_long_term_memory`: change or delete one memory (docs/behaviour.md, update steps).
+
+A batch's updates are decided call by call, in order (each may load the member directory of
+its server once, and its target's users row), then written together.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +12,12 @@ from typing import Final
 
 from contracts import (
     UPDATE_STATUSES,
-    CacheInvalidate,
-    EmbedRequested,
     MemoryDeleted,
     MemoryUpdated,
-    ToolCallCompleted,
     ToolCallRequested,
     ToolStatuses,
-    audit_routing_key,
-    cache_routing_key,
-    embed_routing_key,
-    result_routing_key,
 )
 from worker.core import messages
-from worker.core.arguments import parse_arguments
-from worker.core.decide import (
-    check_personal_scope,
-    check_server_state,
-    check_target,
-    forbidden,
-    not_found,
-    plan_write,
-    success,
-)
 from worker.core.embed import build_embed
 from worker.core.model import (
     DirectoryMember,
@@ -40,25 +27,53 @@ from worker.core.model import (
     ResolvedUser,
     ServerState,
     StoredUser,
+    UpdateArguments,
     WrittenMemory,
 )
-from worker.core.outgoing import OutgoingEvent
+from worker.core.outgoing import change_events
 from worker.core.people import name_of
 from worker.core.records import PlannedWrite
 from worker.core.resolve import resolve_target_user
 from worker.core.sanitize import prepare_content
+from worker.core.update import (
+    check_update_owner,
+    check_update_server_state,
+    check_update_target,
+    forbidden,
+    not_found,
+    parse_update_arguments,
+    plan_update,
+    result_of_update,
+)
 from worker.ports import ToolCallTransaction
-from worker.tools.base import ClaimedCall, Outcome, PipelineSettings, answer, refused
+from worker.tools.base import (
+    ClaimedCall,
+    ResultAndEvents,
+    ToolSettings,
+    embed_requested,
+    refused,
+    result_for,
+)
 
 __all__ = ["UPDATE", "UpdateMemory"]
 
 
 @dataclass(frozen=True, slots=True)
-class _Planned:
-    """A write the core decided on, with the facts its events will need."""
+class _Checked:
+    """Steps 1 to 4 passed."""
 
-    write: MemoryWrite
+    call: ToolCallRequested
     state: ServerState
+    arguments: UpdateArguments
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """Steps 5 to 7 passed: the write the core decided on, with the facts its events need."""
+
+    checked: _Checked
+    write: MemoryWrite
     directory: list[DirectoryMember]
     owner: StoredUser | None
 
@@ -86,80 +101,68 @@ class UpdateMemory:
         self,
         calls: Sequence[ClaimedCall],
         tx: ToolCallTransaction,
-        settings: PipelineSettings,
-    ) -> list[Outcome]:
+        settings: ToolSettings,
+    ) -> list[ResultAndEvents]:
         directories: dict[int, list[DirectoryMember]] = {}
-        decided = [
-            await _decide(claimed.call, tx, claimed.state, settings.max_memory_length, directories)
-            for claimed in calls
-        ]
-        planned = [(p, d) for p, d in enumerate(decided) if isinstance(d, _Planned)]
+        decided: list[Rejection | _Checked | _Planned | _Committed] = []
+        for claimed in calls:
+            checked = _check(claimed, settings.max_memory_length)
+            decided.append(
+                await _plan(checked, tx, directories) if isinstance(checked, _Checked) else checked
+            )
+        planned = [(p, plan) for p, plan in enumerate(decided) if isinstance(plan, _Planned)]
         written = await tx.apply(
             [
                 PlannedWrite(
-                    decision.write,
-                    actor=calls[position].call.context.triggerer_id,
-                    tool_call_id=calls[position].call.tool_call_id,
+                    plan.write,
+                    actor=plan.checked.call.context.triggerer_id,
+                    tool_call_id=plan.checked.call.tool_call_id,
                 )
-                for position, decision in planned
+                for _, plan in planned
             ]
         )
-        outcomes: dict[int, Rejection | _Committed] = {
-            position: decision
-            for position, decision in enumerate(decided)
-            if isinstance(decision, Rejection)
-        }
-        for (position, decision), memory in zip(planned, written, strict=True):
+        for (position, plan), memory in zip(planned, written, strict=True):
             if memory is None:
-                call = calls[position].call
-                participants = [p.user_id for p in call.context.participants]
-                in_other_scope = await tx.in_other_scope(
-                    decision.write, participant_ids=participants
-                )
-                outcomes[position] = not_found(decision.write, in_other_scope=in_other_scope)
+                participants = [p.user_id for p in plan.checked.call.context.participants]
+                in_other_scope = await tx.in_other_scope(plan.write, participant_ids=participants)
+                decided[position] = not_found(plan.write, in_other_scope=in_other_scope)
             elif isinstance(memory, ForbiddenWrite):
-                outcomes[position] = forbidden(decision.write)
+                decided[position] = forbidden(plan.write)
             else:
-                outcomes[position] = _Committed(decision, memory)
-        return [
-            _outcome(claimed.call, outcomes[position], settings.reply_ttl_ms)
-            for position, claimed in enumerate(calls)
-        ]
+                decided[position] = _Committed(plan, memory)
+        results_and_events = []
+        for claimed, step in zip(calls, decided, strict=True):
+            assert isinstance(step, Rejection | _Committed)  # every step is decided by now
+            results_and_events.append(_result_and_events(claimed.call, step, settings.reply_ttl_ms))
+        return results_and_events
 
 
 UPDATE: Final = UpdateMemory()
 
 
-def _outcome(
-    call: ToolCallRequested, outcome: Rejection | _Committed, reply_ttl_ms: int
-) -> Outcome:
-    if isinstance(outcome, Rejection):
-        return refused(call, outcome, reply_ttl_ms)
-    status, message, data = success(outcome.planned.write, outcome.written)
-    result = answer(call, status, message, data)
-    return Outcome(result, _events_of(call, result, outcome, reply_ttl_ms))
-
-
-async def _decide(
-    call: ToolCallRequested,
-    tx: ToolCallTransaction,
-    state: ServerState | None,
-    max_memory_length: int,
-    directories: dict[int, list[DirectoryMember]],
-) -> Rejection | _Planned:
-    """Update steps 1 to 7 of docs/behaviour.md: the first that fails decides the result."""
-    context = call.context
-    arguments = parse_arguments(call.arguments)
+def _check(claimed: ClaimedCall, max_memory_length: int) -> Rejection | _Checked:
+    """Steps 1 to 4: the first that fails decides the result."""
+    call, state = claimed.call, claimed.state
+    arguments = parse_update_arguments(call.arguments)
     if isinstance(arguments, Rejection):
         return arguments
-    refused = check_server_state(state, context)
-    if refused is not None:
-        return refused
-    assert state is not None  # check_server_state refuses a missing one
+    refusal = check_update_server_state(state, call.context)
+    if refusal is not None:
+        return refusal
+    assert state is not None  # check_update_server_state refuses a missing one
     content = prepare_content(arguments.content, max_memory_length)
     if isinstance(content, Rejection):
         return content
+    return _Checked(call, state, arguments, content)
 
+
+async def _plan(
+    checked: _Checked,
+    tx: ToolCallTransaction,
+    directories: dict[int, list[DirectoryMember]],
+) -> Rejection | _Planned:
+    """Steps 5 to 7: the person (each server's directory loaded once a batch), then the write."""
+    context, state, arguments = checked.call.context, checked.state, checked.arguments
     directory: list[DirectoryMember] = []
     owner: tuple[ResolvedUser, StoredUser] | None = None
     if arguments.target_user is not None:
@@ -170,56 +173,47 @@ async def _decide(
         resolution = resolve_target_user(
             arguments.target_user, context.participants, directory, is_dm=context.is_dm
         )
-        target = check_target(resolution, bot_user_id=context.bot_user_id)
+        target = check_update_target(resolution, bot_user_id=context.bot_user_id)
         if isinstance(target, Rejection):
             return target
         user = await tx.load_user(target.user_id, server_id=state.server_id)
-        refused = check_personal_scope(
-            target, user, context=context, directory=directory, is_delete=content == ""
+        refusal = check_update_owner(
+            target, user, context=context, directory=directory, is_delete=checked.content == ""
         )
-        if refused is not None:
-            return refused
-        assert user is not None  # check_personal_scope refuses an unknown user
+        if refusal is not None:
+            return refusal
+        assert user is not None  # check_update_owner refuses an unknown user
         owner = (target, user)
-    write = plan_write(arguments, content, state, owner, context=context)
-    return _Planned(write, state, directory, owner[1] if owner else None)
+    write = plan_update(arguments, checked.content, state, owner, context=context)
+    return _Planned(checked, write, directory, owner[1] if owner else None)
 
 
-def _events_of(
-    call: ToolCallRequested, result: ToolCallCompleted, committed: _Committed, reply_ttl_ms: int
-) -> list[OutgoingEvent]:
-    """The result, embed, invalidation and audit event (docs/behaviour.md, update step 9)."""
-    context = call.context
-    planned, written = committed.planned, committed.written
-    write, state = planned.write, planned.state
-    owner_name = (
-        name_of(write.owner_disc_id, context.participants, planned.directory)
-        if write.owner_disc_id is not None
-        else None
-    )
-    embed = EmbedRequested(
-        causation_id=call.event_id,
-        tool_call_id=call.tool_call_id,
-        guild_id=context.guild_id,
-        channel_id=context.channel_id,
-        shard_id=context.shard_id,
-        kind="memory_deleted" if write.is_delete else "memory_updated",
-        embed=build_embed(
+def _result_and_events(
+    call: ToolCallRequested, step: Rejection | _Committed, reply_ttl_ms: int
+) -> ResultAndEvents:
+    """A refusal's result alone; a write's result, embed, invalidation and audit event
+    (docs/behaviour.md, update step 9)."""
+    if isinstance(step, Rejection):
+        return refused(call, step, reply_ttl_ms)
+    context, planned, written = call.context, step.planned, step.written
+    write, state, directory = planned.write, planned.checked.state, planned.directory
+    result = result_for(call, *result_of_update(write, written))
+    embed = embed_requested(
+        call,
+        "memory_deleted" if write.is_delete else "memory_updated",
+        build_embed(
             write,
             written,
             persona_nickname=state.persona_nickname,
-            triggerer_name=name_of(context.triggerer_id, context.participants, planned.directory),
-            owner_name=owner_name,
+            triggerer_name=name_of(context.triggerer_id, context.participants, directory),
+            owner_name=(
+                name_of(write.owner_disc_id, context.participants, directory)
+                if write.owner_disc_id is not None
+                else None
+            ),
             personal_memories_enabled=state.personal_memories_enabled,
             owner_blacklisted=planned.owner.blacklisted_here if planned.owner else False,
         ),
-    )
-    # A server memory lives in the server's persona state; a personal one in its owner's.
-    invalidation = CacheInvalidate(
-        causation_id=call.event_id,
-        cache="persona_state" if write.owner_disc_id is None else "user",
-        key=write.owner_disc_id or context.server_disc_id,
-        tool_call_id=call.tool_call_id,
     )
     audit_type = MemoryDeleted if write.is_delete else MemoryUpdated
     audit = audit_type(
@@ -237,9 +231,10 @@ def _events_of(
         content_before=written.content_before,
         content_after=write.content,
     )
-    return [
-        OutgoingEvent(result, result_routing_key(context.shard_id), reply_ttl_ms),
-        OutgoingEvent(embed, embed_routing_key(context.shard_id), reply_ttl_ms),
-        OutgoingEvent(invalidation, cache_routing_key(invalidation.cache, invalidation.key)),
-        OutgoingEvent(audit, audit_routing_key(audit.event_type.split(".")[1], write.scope)),
-    ]
+    events = change_events(
+        audit,
+        server_disc_id=context.server_disc_id,
+        answered=(result, embed),
+        reply_ttl_ms=reply_ttl_ms,
+    )
+    return ResultAndEvents(result, events)

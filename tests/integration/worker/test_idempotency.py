@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
-from contracts import MemoryStatus, ToolCallRequested
+from contracts import MemoryStatus, ToolCallCompleted, ToolCallRequested
 from harness.snowflake import snowflake
 from harness.world import participant
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
@@ -18,7 +18,6 @@ from worker.adapters.memory_store import MemoryStore
 from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
 from worker.core.idempotency import call_fingerprint
 from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents
-from worker.core.records import Answer
 from worker.service import Processed
 
 
@@ -28,9 +27,9 @@ class Crash(Exception):
 
 class _CrashingTransaction(PostgresToolCallTransaction):
     async def finish(
-        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
+        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        await super().finish(answers, events)
+        await super().finish(results, events)
         raise Crash("the worker died before the commit")
 
 

@@ -13,7 +13,7 @@ from bench.chaos.report import ChaosReport
 from bench.chaos.world import ChaosWorld, Memory, ScopeRef, User
 from contracts import MemoryStatus, ResultData, ToolCallCompleted, ToolCallRequested
 from tests.unit.worker.given import context
-from worker.tools.base import answer
+from worker.tools.base import result_for
 
 
 def _line(level: str, event: str) -> str:
@@ -119,7 +119,7 @@ def test_refusals_must_name_what_they_refuse_for() -> None:
     duplicate, wrong_duplicate, limit = _creation(2, "A"), _creation(3, "b"), _creation(4, "c")
 
     def refusal(planned: PlannedCall, status: MemoryStatus, **data: Any) -> ToolCallCompleted:
-        return answer(planned.call, status, "refused", ResultData(**data))
+        return result_for(planned.call, status, "refused", ResultData(**data))
 
     report = ChaosReport()
     check_scopes(

@@ -25,10 +25,10 @@ from gateway import (
     MessageContext,
     SeenEvents,
     TTLCache,
+    decode_tool_arguments,
     discord_nonce,
     instance_name,
     is_transient,
-    parse_arguments,
     render_embed,
     timeout_answer,
     to_hikari_embed,
@@ -221,7 +221,7 @@ def test_failures_are_classified() -> None:
     ],
 )
 def test_arguments_are_parsed_as_the_llm_gave_them(raw: object, parsed: object) -> None:
-    assert parse_arguments(raw) == parsed  # type: ignore[arg-type]
+    assert decode_tool_arguments(raw) == parsed  # type: ignore[arg-type]
 
 
 def test_the_message_context_becomes_the_contract_context() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from contracts import ToolCallRequested, encode_event
+from contracts import ToolCallCompleted, ToolCallRequested, encode_event
 from worker.core.create import ScopeKey
 from worker.core.model import (
     DirectoryMember,
@@ -18,7 +18,6 @@ from worker.core.model import (
 )
 from worker.core.outgoing import OutboxRow, OutgoingEvent, outbox_rows
 from worker.core.records import (
-    Answer,
     Claim,
     LockedScopes,
     PlannedCreation,
@@ -55,7 +54,7 @@ class GivenFacts:
         self.forbidden = forbidden
         self.answered = dict(answered or {})
         self.applied: list[PlannedWrite] = []
-        self.answers: list[Answer] = []
+        self.results: list[ToolCallCompleted] = []
         self.queued: list[OutgoingEvent] = []
         self.marked: list[uuid.UUID] = []
 
@@ -95,9 +94,9 @@ class GivenFacts:
         raise AssertionError("no creations are expected")
 
     async def finish(
-        self, answers: Sequence[Answer], events: Sequence[OutgoingEvent]
+        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
-        self.answers.extend(answers)
+        self.results.extend(results)
         self.queued.extend(events)
         return outbox_rows(events, [encode_event(outgoing.event) for outgoing in events])
 

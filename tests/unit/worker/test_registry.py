@@ -1,4 +1,4 @@
-"""Every tool name the worker's queue is bound to has a pipeline, and only those."""
+"""Every tool name the worker's queue is bound to has a tool, and only those."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from contracts import (
     UPDATE_STATUSES,
     MemoryStatus,
 )
-from worker.tools.registry import PIPELINES, TOOLS, pipeline_for
+from worker.tools.registry import TOOLS, TOOLS_IN_ORDER, tool_for
 
 
 def test_the_registry_takes_exactly_the_bound_tool_names() -> None:
     assert set(TOOLS) == set(TOOL_NAMES)
-    assert pipeline_for("forget_everything") is None
+    assert tool_for("forget_everything") is None
 
 
-def test_every_pipeline_runs_in_a_batch() -> None:
-    assert set(map(id, PIPELINES)) == set(map(id, TOOLS.values()))
-    assert len(PIPELINES) == len(set(map(id, PIPELINES)))
+def test_every_tool_runs_in_a_batch() -> None:
+    assert set(map(id, TOOLS_IN_ORDER)) == set(map(id, TOOLS.values()))
+    assert len(TOOLS_IN_ORDER) == len(set(map(id, TOOLS_IN_ORDER)))
 
 
 def test_the_old_name_is_the_same_tool() -> None:

@@ -127,7 +127,7 @@ async def test_a_decided_call_is_recorded_with_its_events_result_first() -> None
 
     assert processed.written
     assert [planned.write.memory_id for planned in facts.applied] == [24]
-    assert [(a.tool_call_id, a.status) for a in facts.answers] == [("call_1", MemoryStatus.UPDATED)]
+    assert [(a.tool_call_id, a.status) for a in facts.results] == [("call_1", MemoryStatus.UPDATED)]
     assert facts.queued[0].event == processed.result
     assert [row.event_id for row in processed.outbox] == [o.event.event_id for o in facts.queued]
 
@@ -158,4 +158,4 @@ async def test_a_call_with_a_record_is_answered_from_it_and_writes_nothing() -> 
         "earlier",
     )
     assert (processed.result.channel_id, processed.result.shard_id) == ("900000000000000011", 3)
-    assert facts.applied == [] and facts.answers == [] and processed.outbox == []
+    assert facts.applied == [] and facts.results == [] and processed.outbox == []

@@ -20,14 +20,15 @@ from worker.core.create import (
     ScopeKey,
     ServerFallback,
     bridge_user_name,
-    check_creation_server_state,
-    check_owner,
-    choose_owner,
+    check_create_owner,
+    check_create_server_state,
+    check_create_target,
     content_key,
     is_self,
     parse_create_arguments,
+    plan_create,
     prepare_new_content,
-    saved,
+    result_of_create,
     with_bridge_user_name,
 )
 from worker.core.embed import build_created_embed
@@ -123,7 +124,7 @@ def test_the_content_is_checked_before_the_scope() -> None:
 
 
 def test_a_sound_server_state_passes() -> None:
-    assert check_creation_server_state(state(), context()) is None
+    assert check_create_server_state(state(), context()) is None
 
 
 @pytest.mark.parametrize(
@@ -141,7 +142,7 @@ def test_a_sound_server_state_passes() -> None:
     ],
 )
 def test_server_state_refusals(server_state: Any, status: MemoryStatus) -> None:
-    refused = check_creation_server_state(server_state, context())
+    refused = check_create_server_state(server_state, context())
     assert refused is not None
     assert refused.status is status
 
@@ -174,7 +175,7 @@ def test_only_self_means_the_bot(query: str) -> None:
 
 
 def test_a_person_is_the_owner() -> None:
-    assert choose_owner(ALICE, bot_user_id=BOT_ID) == ALICE
+    assert check_create_target(ALICE, bot_user_id=BOT_ID) == ALICE
 
 
 @pytest.mark.parametrize(
@@ -185,7 +186,7 @@ def test_a_person_is_the_owner() -> None:
     ],
 )
 def test_a_bot_falls_back_to_the_server(resolution: ResolvedUser) -> None:
-    assert choose_owner(resolution, bot_user_id=BOT_ID) == ServerFallback("bot")
+    assert check_create_target(resolution, bot_user_id=BOT_ID) == ServerFallback("bot")
 
 
 @pytest.mark.parametrize(
@@ -201,16 +202,18 @@ def test_a_bridge_user_falls_back_to_the_server_with_their_name(label: str, name
     vias: tuple[Literal["matrix"], Literal["participant"]] = ("matrix", "participant")
     for via in vias:
         resolution = ResolvedUser(user_id=MATRIX_ID, label=label, via=via)
-        assert choose_owner(resolution, bot_user_id=BOT_ID) == ServerFallback("bridge_user", name)
+        assert check_create_target(resolution, bot_user_id=BOT_ID) == ServerFallback(
+            "bridge_user", name
+        )
     assert bridge_user_name(label) == name
 
 
 def test_ambiguity_and_nobody_are_refused() -> None:
-    ambiguous = choose_owner(AmbiguousUser(("A (@a)", "A (@b)")), bot_user_id=BOT_ID)
+    ambiguous = check_create_target(AmbiguousUser(("A (@a)", "A (@b)")), bot_user_id=BOT_ID)
     assert isinstance(ambiguous, Rejection)
     assert ambiguous.status is MemoryStatus.SAVE_AMBIGUOUS_USER
     assert ambiguous.data.candidates == ("A (@a)", "A (@b)")
-    nobody = choose_owner(NoSuchUser(), bot_user_id=BOT_ID)
+    nobody = check_create_target(NoSuchUser(), bot_user_id=BOT_ID)
     assert isinstance(nobody, Rejection)
     assert nobody.status is MemoryStatus.SAVE_USER_NOT_FOUND
 
@@ -268,7 +271,7 @@ ALICE_MEMBER = (DirectoryMember(ALICE_ID, "alice", "Alice"),)
 def test_the_personal_paths_checks_in_the_create_tools_words(
     user: Any, ctx: Any, directory: Any, status: MemoryStatus | None, words: str | None
 ) -> None:
-    refused = check_owner(ALICE, user, context=ctx, directory=directory)
+    refused = check_create_owner(ALICE, user, context=ctx, directory=directory)
     if status is None:
         assert refused is None
         return
@@ -280,7 +283,7 @@ def test_the_personal_paths_checks_in_the_create_tools_words(
 
 def test_a_participant_seen_as_a_member_may_get_a_personal_memory() -> None:
     ctx = context(participants=[Participant(user_id=ALICE_ID, display_label="Alice")])
-    assert check_owner(ALICE, ALICE_ROW, context=ctx, directory=()) is None
+    assert check_create_owner(ALICE, ALICE_ROW, context=ctx, directory=()) is None
 
 
 # -- steps 6 and 7: duplicates and the limit -------------------------------------------------
@@ -393,8 +396,28 @@ NEW_PERSONAL_MEMORY = replace(
 )
 
 
+# Steps 5 to 7 passed: the memory to save, under the ids allocated for it.
+
+
+def test_a_personal_memory_is_planned_for_its_owner() -> None:
+    key = ScopeKey.of_owner(ALICE_ID, 42)
+    planned = plan_create(
+        key, "{user} trusts {bot}", state(), (ALICE, ALICE_ROW), ids=(30, 7), fallback=None
+    )
+    assert planned == NEW_PERSONAL_MEMORY
+
+
+def test_a_server_memory_is_planned_with_its_fallback() -> None:
+    key = ScopeKey.of_server(3, 42)
+    fallback = ServerFallback("bridge_user", "Al")
+    planned = plan_create(
+        key, "{user} hosts movie night", state(), None, ids=(30, 7), fallback=fallback
+    )
+    assert planned == replace(NEW_SERVER_MEMORY, fallback="bridge_user", bridge_user="Al")
+
+
 def test_the_results_data() -> None:
-    status, message, data = saved(NEW_PERSONAL_MEMORY)
+    status, message, data = result_of_create(NEW_PERSONAL_MEMORY)
     assert status is MemoryStatus.SAVED
     assert "ID:30" in message
     assert data.model_dump(mode="json") == {
@@ -403,7 +426,9 @@ def test_the_results_data() -> None:
         "content_saved": "{user} trusts {bot}",
         "target_user": "Alice (@alice)",
     }
-    _, message, data = saved(replace(NEW_SERVER_MEMORY, fallback="bridge_user", bridge_user="Al"))
+    _, message, data = result_of_create(
+        replace(NEW_SERVER_MEMORY, fallback="bridge_user", bridge_user="Al")
+    )
     assert data.model_dump(mode="json") == {
         "scope": "server_wide",
         "memory_id": 30,
@@ -411,7 +436,7 @@ def test_the_results_data() -> None:
         "fallback": "bridge_user",
     }
     assert '"Al"' in message
-    _, message, data = saved(replace(NEW_SERVER_MEMORY, fallback="bot"))
+    _, message, data = result_of_create(replace(NEW_SERVER_MEMORY, fallback="bot"))
     assert data.fallback == "bot" and "bots" in message
 
 

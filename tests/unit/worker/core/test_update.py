@@ -1,11 +1,17 @@
-"""The decisions between facts (steps 2, 3 and 5 to 8); `test_service` checks their order."""
+"""The update tool's decisions: step 1's arguments exactly as docs/behaviour.md describes them,
+then the decisions between facts (steps 2, 3 and 5 to 8); `test_service` checks their order."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from contracts import (
     MemoryStatus,
@@ -25,19 +31,9 @@ from tests.unit.worker.given import (
     context,
     state,
 )
-from worker.core.decide import (
-    check_personal_scope,
-    check_server_state,
-    check_target,
-    forbidden,
-    not_found,
-    plan_write,
-    success,
-)
 from worker.core.model import (
     AmbiguousUser,
     DirectoryMember,
-    MemoryArguments,
     MemoryEditPolicy,
     MemoryWrite,
     NoSuchUser,
@@ -45,8 +41,204 @@ from worker.core.model import (
     ResolvedUser,
     ServerState,
     StoredUser,
+    UpdateArguments,
     WrittenMemory,
 )
+from worker.core.update import (
+    MAX_MEMORY_ID,
+    check_update_owner,
+    check_update_server_state,
+    check_update_target,
+    forbidden,
+    not_found,
+    parse_update_arguments,
+    plan_update,
+    result_of_update,
+)
+
+# Step 1: the arguments.
+
+
+def valid(**extra: Any) -> dict[str, Any]:
+    return {"memory_id": 24, "memory_content": "likes tea", **extra}
+
+
+def rejected(raw: object) -> Rejection:
+    result = parse_update_arguments(raw)
+    assert isinstance(result, Rejection), result
+    assert result.status is MemoryStatus.INVALID_ARGS
+    assert result.message
+    return result
+
+
+def accepted(raw: object) -> UpdateArguments:
+    result = parse_update_arguments(raw)
+    assert isinstance(result, UpdateArguments), result
+    return result
+
+
+def test_a_plain_call() -> None:
+    assert parse_update_arguments(valid()) == UpdateArguments(
+        memory_id=24, content="likes tea", target_user=None
+    )
+
+
+@pytest.mark.parametrize(
+    ("memory_id", "expected"),
+    [
+        (1, 1),
+        (24, 24),
+        (24.0, 24),
+        (1.0, 1),
+        (2**53 - 1, 2**53 - 1),
+        (MAX_MEMORY_ID, MAX_MEMORY_ID),
+        (1e2, 100),
+    ],
+)
+def test_accepted_memory_ids(memory_id: object, expected: int) -> None:
+    parsed = accepted(valid(memory_id=memory_id))
+    assert parsed.memory_id == expected
+    assert type(parsed.memory_id) is int
+
+
+@pytest.mark.parametrize(
+    "memory_id",
+    [
+        "24",
+        "",
+        True,
+        False,
+        24.5,
+        0.1,
+        0,
+        0.0,
+        -0.0,
+        -1,
+        -24.0,
+        None,
+        2**53,
+        2**53 + 1,
+        float(2**53),
+        2**64,
+        1e300,
+        math.nan,
+        math.inf,
+        -math.inf,
+        [24],
+        {"id": 24},
+    ],
+)
+def test_rejected_memory_ids(memory_id: object) -> None:
+    assert "memory_id" in rejected(valid(memory_id=memory_id)).message
+
+
+def test_missing_memory_id() -> None:
+    assert "memory_id" in rejected({"memory_content": "x"}).message
+
+
+def test_memory_ids_as_json_reads_them() -> None:
+    # The bodies come from JSON: `24.0` is a float there, `true` a bool.
+    assert accepted(json.loads('{"memory_id": 24.0, "memory_content": ""}')).memory_id == 24
+    rejected(json.loads('{"memory_id": true, "memory_content": ""}'))
+    rejected(json.loads('{"memory_id": 9007199254740992, "memory_content": ""}'))
+    assert (
+        accepted(json.loads('{"memory_id": 9007199254740991, "memory_content": ""}')).memory_id
+        == 2**53 - 1
+    )
+
+
+@pytest.mark.parametrize("content", [None, 1, 1.5, True, ["a"], {"a": "b"}])
+def test_rejected_memory_content(content: object) -> None:
+    assert "memory_content" in rejected(valid(memory_content=content)).message
+
+
+def test_missing_memory_content() -> None:
+    assert "memory_content" in rejected({"memory_id": 24}).message
+
+
+@pytest.mark.parametrize("content", ["", "   ", "likes {tea}", "  spaced  "])
+def test_memory_content_is_kept_as_given(content: str) -> None:
+    # Trimming and sanitizing are step 4's business.
+    assert accepted(valid(memory_content=content)).content == content
+
+
+@pytest.mark.parametrize("raw", [None, [], ["memory_id", 24], "text", 24, True, 1.5])
+def test_arguments_that_are_not_an_object(raw: object) -> None:
+    rejected(raw)
+
+
+def test_unknown_extra_arguments_are_ignored() -> None:
+    parsed = accepted(valid(reason="outdated", tags=["x"], memory_id_old=3))
+    assert parsed == UpdateArguments(memory_id=24, content="likes tea", target_user=None)
+
+
+def test_the_first_problem_is_reported() -> None:
+    assert "memory_id" in rejected({"memory_id": "24", "memory_content": 5}).message
+    assert "memory_content" in rejected({"memory_id": 24, "target_user": 5}).message
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"target_user": "Alice"}, "Alice"),
+        ({"target_user": "  Alice  "}, "Alice"),  # trimmed, not otherwise normalized
+        ({"target_user": "@Alice  Smith"}, "@Alice  Smith"),
+        ({"target_user": None}, None),
+        ({"target_user": ""}, None),
+        ({"target_user": " \t\n"}, None),
+        ({}, None),
+        # Legacy names, read when target_user is absent or blank, in this order.
+        ({"target_user_nickname": "Ali"}, "Ali"),
+        ({"target_user_discord_id": "123456789012345678"}, "123456789012345678"),
+        ({"target_user_nickname": "Ali", "target_user_discord_id": "1234"}, "Ali"),
+        ({"target_user": "Alice", "target_user_nickname": "Ali"}, "Alice"),
+        ({"target_user": "  ", "target_user_nickname": "Ali"}, "Ali"),
+        ({"target_user": None, "target_user_nickname": " Ali "}, "Ali"),
+        ({"target_user": "", "target_user_discord_id": "1234"}, "1234"),
+        ({"target_user_nickname": " ", "target_user_discord_id": "1234"}, "1234"),
+        ({"target_user_nickname": None, "target_user_discord_id": "1234"}, "1234"),
+        ({"target_user": "", "target_user_nickname": "", "target_user_discord_id": ""}, None),
+        (
+            {"target_user": "A", "target_user_nickname": "B", "target_user_discord_id": "1"},
+            "A",
+        ),
+    ],
+)
+def test_target_user(arguments: dict[str, Any], expected: str | None) -> None:
+    assert accepted(valid(**arguments)).target_user == expected
+
+
+@pytest.mark.parametrize("name", ["target_user", "target_user_nickname", "target_user_discord_id"])
+@pytest.mark.parametrize("value", [1, 123456789012345678, True, 1.5, ["Alice"], {"n": "A"}])
+def test_target_user_arguments_must_be_strings(name: str, value: object) -> None:
+    assert name in rejected(valid(**{name: value})).message
+
+
+@pytest.mark.parametrize("name", ["target_user_nickname", "target_user_discord_id"])
+def test_legacy_names_are_type_checked_even_when_target_user_is_given(name: str) -> None:
+    assert name in rejected(valid(target_user="Alice", **{name: 42})).message
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+        max_leaves=10,
+    )
+)
+def test_any_json_value_gives_an_answer(raw: object) -> None:
+    result = parse_update_arguments(raw)
+    if isinstance(result, Rejection):
+        assert result.status is MemoryStatus.INVALID_ARGS
+    else:
+        assert 0 < result.memory_id <= MAX_MEMORY_ID
+
+
+@given(st.integers(min_value=1, max_value=MAX_MEMORY_ID), st.text())
+def test_every_valid_id_and_content_is_accepted(memory_id: int, content: str) -> None:
+    assert accepted({"memory_id": memory_id, "memory_content": content}) == UpdateArguments(
+        memory_id=memory_id, content=content, target_user=None
+    )
 
 
 def rejection(result: object, status: MemoryStatus) -> Rejection:
@@ -60,11 +252,14 @@ def rejection(result: object, status: MemoryStatus) -> Rejection:
 
 
 def test_a_good_server_state_passes() -> None:
-    assert check_server_state(state(), context()) is None
+    assert check_update_server_state(state(), context()) is None
 
 
 def test_a_dm_is_a_server_keyed_by_the_triggerer() -> None:
-    assert check_server_state(state(server_disc_id=TRIGGERER_ID), context(guild_id=None)) is None
+    assert (
+        check_update_server_state(state(server_disc_id=TRIGGERER_ID), context(guild_id=None))
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,18 +273,21 @@ def test_a_dm_is_a_server_keyed_by_the_triggerer() -> None:
     ],
 )
 def test_bad_server_state_is_an_internal_error(server_state: ServerState | None) -> None:
-    result = rejection(check_server_state(server_state, context()), MemoryStatus.INTERNAL_ERROR)
+    result = rejection(
+        check_update_server_state(server_state, context()), MemoryStatus.INTERNAL_ERROR
+    )
     assert OTHER_GUILD_ID not in result.message
 
 
 def test_self_teaching_off_is_disabled() -> None:
     rejection(
-        check_server_state(state(self_teaching_enabled=False), context()), MemoryStatus.DISABLED
+        check_update_server_state(state(self_teaching_enabled=False), context()),
+        MemoryStatus.DISABLED,
     )
 
 
 def test_personal_memories_off_does_not_disable_the_tool() -> None:
-    assert check_server_state(state(personal_memories_enabled=False), context()) is None
+    assert check_update_server_state(state(personal_memories_enabled=False), context()) is None
 
 
 # Step 5: the resolved target.
@@ -98,14 +296,17 @@ def test_personal_memories_off_does_not_disable_the_tool() -> None:
 def test_ambiguity_offers_the_candidates() -> None:
     candidates = ("Alex (@alex1)", "Alex (@alex2)", "Alexa")
     result = rejection(
-        check_target(AmbiguousUser(candidates), bot_user_id=BOT_ID), MemoryStatus.AMBIGUOUS_USER
+        check_update_target(AmbiguousUser(candidates), bot_user_id=BOT_ID),
+        MemoryStatus.AMBIGUOUS_USER,
     )
     assert result.data == ResultData(candidates=candidates)
     assert all(candidate in result.message for candidate in candidates)
 
 
 def test_nobody_is_user_not_found() -> None:
-    result = rejection(check_target(NoSuchUser(), bot_user_id=BOT_ID), MemoryStatus.USER_NOT_FOUND)
+    result = rejection(
+        check_update_target(NoSuchUser(), bot_user_id=BOT_ID), MemoryStatus.USER_NOT_FOUND
+    )
     assert result.data == ResultData()
 
 
@@ -118,7 +319,7 @@ def test_nobody_is_user_not_found() -> None:
     ],
 )
 def test_a_bridge_user_is_out_of_scope(bridge: ResolvedUser) -> None:
-    result = rejection(check_target(bridge, bot_user_id=BOT_ID), MemoryStatus.INVALID_SCOPE)
+    result = rejection(check_update_target(bridge, bot_user_id=BOT_ID), MemoryStatus.INVALID_SCOPE)
     assert "without target_user" in result.message
 
 
@@ -131,11 +332,11 @@ def test_a_bridge_user_is_out_of_scope(bridge: ResolvedUser) -> None:
     ],
 )
 def test_bots_are_invalid_targets(bot: ResolvedUser) -> None:
-    rejection(check_target(bot, bot_user_id=BOT_ID), MemoryStatus.INVALID_TARGET)
+    rejection(check_update_target(bot, bot_user_id=BOT_ID), MemoryStatus.INVALID_TARGET)
 
 
 def test_a_person_is_the_target() -> None:
-    assert check_target(ALICE, bot_user_id=BOT_ID) is ALICE
+    assert check_update_target(ALICE, bot_user_id=BOT_ID) is ALICE
 
 
 # Steps 5 (end) and 7: the personal path.
@@ -149,7 +350,7 @@ def personal_scope(
     directory: Sequence[DirectoryMember] = (DirectoryMember(ALICE_ID, "alice"),),
     is_delete: bool = False,
 ) -> Rejection | None:
-    return check_personal_scope(
+    return check_update_owner(
         target, user, context=call or context(), directory=directory, is_delete=is_delete
     )
 
@@ -240,22 +441,22 @@ def test_scope_is_checked_before_privacy() -> None:
 
 
 def test_server_path_write() -> None:
-    args = MemoryArguments(memory_id=24, content=" x ", target_user=None)
-    assert plan_write(args, "x", state(), None, context=context()) == MemoryWrite(
+    args = UpdateArguments(memory_id=24, content=" x ", target_user=None)
+    assert plan_update(args, "x", state(), None, context=context()) == MemoryWrite(
         scope="server_wide", memory_id=24, content="x", server_id=3, persona_lineage_id=42
     )
 
 
 def test_empty_content_deletes() -> None:
-    args = MemoryArguments(memory_id=24, content="  ", target_user=None)
-    write = plan_write(args, "", state(), None, context=context())
+    args = UpdateArguments(memory_id=24, content="  ", target_user=None)
+    write = plan_update(args, "", state(), None, context=context())
     assert write.content is None
     assert write.is_delete
 
 
 def test_personal_path_write() -> None:
-    args = MemoryArguments(memory_id=24, content="likes tea", target_user="alice")
-    write = plan_write(args, "likes tea", state(), (ALICE, ALICE_ROW), context=context())
+    args = UpdateArguments(memory_id=24, content="likes tea", target_user="alice")
+    write = plan_update(args, "likes tea", state(), (ALICE, ALICE_ROW), context=context())
     assert write == MemoryWrite(
         scope="target_user",
         memory_id=24,
@@ -267,13 +468,13 @@ def test_personal_path_write() -> None:
         owner_label="Alice (@alice)",
     )
     assert not write.is_delete
-    assert plan_write(args, "", state(), (ALICE, ALICE_ROW), context=context()).content is None
+    assert plan_update(args, "", state(), (ALICE, ALICE_ROW), context=context()).content is None
 
 
 # Step 6: the edit policy (docs/behaviour.md, "The edit policy") travels with the write.
 
-SERVER_ARGS = MemoryArguments(memory_id=24, content="x", target_user=None)
-PERSONAL_ARGS = MemoryArguments(memory_id=24, content="x", target_user="alice")
+SERVER_ARGS = UpdateArguments(memory_id=24, content="x", target_user=None)
+PERSONAL_ARGS = UpdateArguments(memory_id=24, content="x", target_user="alice")
 
 
 @pytest.mark.parametrize(
@@ -300,7 +501,7 @@ def test_the_edit_policy_restricts_a_write_to_own_memories(
     )
     args, owner = (PERSONAL_ARGS, (ALICE, ALICE_ROW)) if personal else (SERVER_ARGS, None)
 
-    write = plan_write(args, "x", server_state, owner, context=call_context)
+    write = plan_update(args, "x", server_state, owner, context=call_context)
 
     assert write.only_own is only_own
     assert write.scope == ("target_user" if personal else "server_wide")
@@ -308,7 +509,7 @@ def test_the_edit_policy_restricts_a_write_to_own_memories(
 
 def test_a_delete_is_restricted_as_an_update_is() -> None:
     restricted = state(memory_edit_policy="teacher_or_manager")
-    assert plan_write(SERVER_ARGS, "", restricted, None, context=context()).only_own
+    assert plan_update(SERVER_ARGS, "", restricted, None, context=context()).only_own
 
 
 # Step 8: no row.
@@ -316,8 +517,8 @@ def test_a_delete_is_restricted_as_an_update_is() -> None:
 SERVER_WRITE = MemoryWrite(
     scope="server_wide", memory_id=24, content="x", server_id=3, persona_lineage_id=42
 )
-PERSONAL_WRITE = plan_write(
-    MemoryArguments(memory_id=24, content="x", target_user="alice"),
+PERSONAL_WRITE = plan_update(
+    UpdateArguments(memory_id=24, content="x", target_user="alice"),
     "x",
     state(),
     (ALICE, ALICE_ROW),
@@ -388,7 +589,7 @@ WRITTEN = WrittenMemory(revision_id=5, content_before="liked coffee", persona_li
 
 
 def test_server_update_succeeds() -> None:
-    status, message, data = success(SERVER_WRITE, WRITTEN)
+    status, message, data = result_of_update(SERVER_WRITE, WRITTEN)
     assert status is MemoryStatus.UPDATED
     assert status.success
     assert "24" in message
@@ -396,14 +597,14 @@ def test_server_update_succeeds() -> None:
 
 
 def test_server_delete_succeeds() -> None:
-    status, message, data = success(replace(SERVER_WRITE, content=None), WRITTEN)
+    status, message, data = result_of_update(replace(SERVER_WRITE, content=None), WRITTEN)
     assert status is MemoryStatus.DELETED
     assert "deleted" in message
     assert data == ResultData(scope="server_wide", memory_id=24, content_deleted="liked coffee")
 
 
 def test_personal_update_succeeds() -> None:
-    status, message, data = success(PERSONAL_WRITE, WRITTEN)
+    status, message, data = result_of_update(PERSONAL_WRITE, WRITTEN)
     assert status is MemoryStatus.UPDATED
     assert "Alice (@alice)" in message
     assert data == ResultData(
@@ -413,7 +614,7 @@ def test_personal_update_succeeds() -> None:
 
 def test_personal_delete_succeeds() -> None:
     written = replace(WRITTEN, persona_lineage_id=0)  # a global personal memory
-    status, _, data = success(replace(PERSONAL_WRITE, content=None), written)
+    status, _, data = result_of_update(replace(PERSONAL_WRITE, content=None), written)
     assert status is MemoryStatus.DELETED
     assert data == ResultData(
         scope="target_user",

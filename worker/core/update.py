@@ -1,19 +1,22 @@
-"""The pipeline's decisions between facts: each gives a Rejection or the way forward.
+"""The update tool's decisions (docs/behaviour.md, update steps): pure functions over the call
+and its facts, each giving a Rejection or the way forward.
 
-The adapter loads the facts (server state, the target's `users` row, the directory),
-calls these in the order of docs/behaviour.md's update steps and stops at the first Rejection.
+The tool (`worker.tools.update`) loads the facts (server state, the target's `users` row, the
+directory), calls these in the order of the update steps and stops at the first Rejection. The
+create tool reuses the steps both share (`worker.core.create`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 from contracts import MemoryStatus, ResultData, ToolCallContext, is_matrix_id
 from worker.core import messages
 from worker.core.model import (
     AmbiguousUser,
     DirectoryMember,
-    MemoryArguments,
     MemoryWrite,
     NoSuchUser,
     Rejection,
@@ -21,25 +24,107 @@ from worker.core.model import (
     ResolvedUser,
     ServerState,
     StoredUser,
+    UpdateArguments,
     WrittenMemory,
 )
 from worker.core.resolve import is_current_member
 
 __all__ = [
-    "check_personal_scope",
-    "check_server_state",
-    "check_target",
+    "MAX_MEMORY_ID",
+    "TARGET_USER_ARGUMENTS",
+    "WrongType",
+    "check_update_owner",
+    "check_update_server_state",
+    "check_update_target",
     "forbidden",
     "not_found",
-    "plan_write",
-    "success",
+    "parse_update_arguments",
+    "plan_update",
+    "read_target_user",
+    "result_of_update",
 ]
+
+# The largest integer every JSON peer (JavaScript included) represents exactly.
+MAX_MEMORY_ID: Final = 2**53 - 1
+
+# `target_user` first, then the legacy names, in the order they are read.
+TARGET_USER_ARGUMENTS: Final = ("target_user", "target_user_nickname", "target_user_discord_id")
 
 # users.privacy_level: 0 minimal; 1 partial and 2 full restrict rewriting.
 _PRIVACY_MINIMAL = 0
 
 
-def check_server_state(state: ServerState | None, context: ToolCallContext) -> Rejection | None:
+def parse_update_arguments(raw: object) -> UpdateArguments | Rejection:
+    """Step 1: the arguments, untrusted, as the LLM produced them; the first problem found is
+    the one reported.
+
+    Every name for the target user is type-checked whenever it is present and not
+    null, even when an earlier one already names somebody: a malformed call is
+    reported rather than half-read. Unknown extra keys are ignored.
+    """
+    if not isinstance(raw, dict):
+        return _invalid(messages.arguments_not_object())
+
+    memory_id = _memory_id(raw.get("memory_id"))
+    if memory_id is None:
+        return _invalid(messages.invalid_memory_id())
+
+    content = raw.get("memory_content")
+    if not isinstance(content, str):
+        return _invalid(messages.invalid_memory_content())
+
+    target_user = read_target_user(raw)
+    if isinstance(target_user, WrongType):
+        return _invalid(messages.invalid_target_user(target_user.argument))
+
+    return UpdateArguments(memory_id=memory_id, content=content, target_user=target_user)
+
+
+@dataclass(frozen=True, slots=True)
+class WrongType:
+    """A name for the target user that is present, not null, and not a string."""
+
+    argument: str
+
+
+def read_target_user(raw: dict[str, Any]) -> str | WrongType | None:
+    """The first non-blank of `target_user` and its legacy names, trimmed; None if none is.
+
+    Every one present and not null must be a string, even after an earlier one named
+    somebody: a malformed call is reported rather than half-read.
+    """
+    target_user: str | None = None
+    for argument in TARGET_USER_ARGUMENTS:
+        value = raw.get(argument)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return WrongType(argument)
+        if target_user is None and value.strip():
+            target_user = value.strip()
+    return target_user
+
+
+def _memory_id(value: object) -> int | None:
+    # bool is an int subclass in Python, but JSON `true` is not a number.
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():  # False for nan and infinities
+        number = int(value)
+    else:
+        return None
+    return number if 0 < number <= MAX_MEMORY_ID else None
+
+
+def _invalid(message: str) -> Rejection:
+    return Rejection(status=MemoryStatus.INVALID_ARGS, message=message)
+
+
+def check_update_server_state(
+    state: ServerState | None, context: ToolCallContext
+) -> Rejection | None:
     """Steps 2 and 3: the server and persona exist and belong together, and the feature is on."""
     if (
         state is None
@@ -54,7 +139,7 @@ def check_server_state(state: ServerState | None, context: ToolCallContext) -> R
     return None
 
 
-def check_target(resolution: Resolution, *, bot_user_id: str) -> ResolvedUser | Rejection:
+def check_update_target(resolution: Resolution, *, bot_user_id: str) -> ResolvedUser | Rejection:
     """Step 5: a resolved person who may have personal memories."""
     if isinstance(resolution, AmbiguousUser):
         return Rejection(
@@ -71,7 +156,7 @@ def check_target(resolution: Resolution, *, bot_user_id: str) -> ResolvedUser | 
     return resolution
 
 
-def check_personal_scope(
+def check_update_owner(
     target: ResolvedUser,
     user: StoredUser | None,
     *,
@@ -93,8 +178,8 @@ def check_personal_scope(
     return None
 
 
-def plan_write(
-    args: MemoryArguments,
+def plan_update(
+    args: UpdateArguments,
     content: str,
     state: ServerState,
     owner: tuple[ResolvedUser, StoredUser] | None,
@@ -167,7 +252,9 @@ def forbidden(write: MemoryWrite) -> Rejection:
     return Rejection(MemoryStatus.FORBIDDEN, message, _scoped_data(write))
 
 
-def success(write: MemoryWrite, written: WrittenMemory) -> tuple[MemoryStatus, str, ResultData]:
+def result_of_update(
+    write: MemoryWrite, written: WrittenMemory
+) -> tuple[MemoryStatus, str, ResultData]:
     """The result of a committed write."""
     label = _owner_label(write) if write.scope == "target_user" else None
     if write.content is None:
