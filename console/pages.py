@@ -22,8 +22,7 @@ from console.state import STATE, Console, session_of
 from contracts import Event, InvalidEnvelope, decode_event
 from infra.observability.logs import get_logger
 from operators.audit_stream import BadStart, StreamStart, parse_start, stream_offset
-from operators.dead_letter_queue import purge, read_dead_letters
-from operators.dead_letter_replay import replay
+from operators.dead_letters import purge, read_dead_letters, replay
 from operators.operator_records import record_purge, record_replay
 from operators.revision_store import UnchangedMemory
 from operators.revisions import restore_revision

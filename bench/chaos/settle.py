@@ -22,7 +22,7 @@ from harness.fake_discord import FakeDiscord
 from harness.waiting import eventually
 from infra.settings import Settings
 from ltm.commands.dlq import replay_dead_letters
-from operators.dead_letter_queue import inspect_dead_letters
+from operators.dead_letters import inspect_dead_letters
 
 __all__ = ["settle_answers", "settle_embeds"]
 

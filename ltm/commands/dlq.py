@@ -17,8 +17,7 @@ from ltm.commands.common import add_command, json_flag, run_async
 from operators.display import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
 
 if TYPE_CHECKING:
-    from operators.dead_letter_records import DeadLetter
-    from operators.dead_letter_replay import ReplayReport
+    from operators.dead_letters import DeadLetter, ReplayReport
 
 __all__ = [
     "DEAD_LETTER_HEADER",
@@ -118,7 +117,7 @@ async def list_dead_letters(
     """`ltm dlq list`: a table of the dead letters (the first `DEFAULT_LIMIT`), or a JSON
     array of them; exit code 0, 1 when there is no queue."""
     # Imported when used: `ltm worker` loads none of the operators' code.
-    from operators.dead_letter_queue import inspect_dead_letters
+    from operators.dead_letters import inspect_dead_letters
 
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -150,7 +149,7 @@ async def replay_dead_letters(
     `<prefix>.tool_calls` with the original routing key and properties; each dead-letter copy
     is acked only after the broker confirmed its replay. Exit code 1 for a failed replay, 3
     for an unknown id."""
-    from operators.dead_letter_replay import replay
+    from operators.dead_letters import replay
 
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -229,7 +228,7 @@ async def purge_dead_letters(
 ) -> int:
     """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`.
     Exit code 1 when the answer is not yes (or stdin is closed)."""
-    from operators.dead_letter_queue import purge
+    from operators.dead_letters import purge
 
     out, err, reader = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
     # With --json stdout holds the JSON alone: the question and the notes go to stderr.

@@ -16,7 +16,7 @@ from harness.broker import queue_depth
 from harness.waiting import eventually
 from infra.settings import Settings
 from ltm.commands.dlq import list_dead_letters, purge_dead_letters, replay_dead_letters
-from operators.dead_letter_queue import (
+from operators.dead_letters import (
     DELIVERY_PATIENCE_S,
     inspect_dead_letters,
     take_deliveries,
