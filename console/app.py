@@ -14,7 +14,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from console import audit_pages, pages
+from console import pages
 from console.adapters.broker import BrokerLink
 from console.adapters.statistics import CallStatistics
 from console.core.sessions import LoginThrottle, Sessions
@@ -33,7 +33,7 @@ from console.state import STATE, Console, Notice
 from infra.observability.logs import get_logger
 from infra.settings import Settings
 from infra.storage.engine import create_engine
-from worker.ops.output import ExitCode, shown_time
+from operators.display import ExitCode, shown_time
 
 __all__ = ["ConsoleNotConfigured", "create_app", "password_hash_of", "run_console"]
 
@@ -104,7 +104,6 @@ def create_app(settings: Settings, *, throttle: LoginThrottle | None = None) -> 
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
     app.add_routes(pages.routes)
-    app.add_routes(audit_pages.routes)
     app.router.add_static("/static/", STATIC)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)

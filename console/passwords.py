@@ -11,7 +11,7 @@ from typing import TextIO
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from worker.ops.output import ExitCode
+from operators.display import ExitCode
 
 __all__ = [
     "MIN_LENGTH",

@@ -1,5 +1,6 @@
-"""The composition root: builds every process of `ltm` from the settings, in one place, and
-runs each command."""
+"""The composition root: builds the processes `ltm` runs from the settings, in one place (the
+worker; the database's schema and the broker's topology they need). The gateway and the
+console build their own (`gateway.process`, `console.app`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import Coroutine
-from typing import Any
 
 from infra.messaging import amqp
 from infra.messaging.topology import declare_topology as declare_broker_topology
@@ -16,95 +15,13 @@ from infra.observability.logs import get_logger
 from infra.observability.metrics import serve_metrics
 from infra.settings import Settings
 from infra.storage.engine import create_engine
-from ltm.processes import (
-    Command,
-    DeclareTopology,
-    HashPassword,
-    Migrate,
-    RunGateway,
-    RunWorker,
-    ServeConsole,
-)
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.outbox import OutboxStore
-from worker.ops.commands import OperatorCommand, PrintBrokerDefinitions
 from worker.runtime import Worker
 
-__all__ = ["build_worker", "declare_topology", "migrate", "run_command", "run_worker"]
+__all__ = ["build_worker", "declare_topology", "migrate", "run_worker"]
 
 log = get_logger("ltm")
-
-
-def run_command(command: Command, settings: Settings) -> int:
-    """Runs `command` to its end; its exit code."""
-    match command:
-        case Migrate():
-            return migrate(settings, roles=command.roles)
-        case DeclareTopology():
-            return _run(declare_topology(settings))
-        case PrintBrokerDefinitions():
-            from worker.ops.broker_definitions import print_definitions
-
-            return print_definitions(settings, command)
-        case RunWorker():
-            return _run(run_worker(settings))
-        case RunGateway():
-            from gateway.process import run_gateway
-
-            return _run(run_gateway(settings, command.shards, command.shard_count))
-        case ServeConsole():
-            from console.app import run_console
-
-            return _run(run_console(settings, command.host, command.port))
-        case HashPassword():
-            from console.passwords import print_password_hash
-
-            return print_password_hash()
-    return _run(_operator_command(command, settings))
-
-
-def _run(coroutine: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-
-        return uvloop.run(coroutine)
-    except ImportError:  # pragma: no cover - uvloop is not on every platform
-        return asyncio.run(coroutine)
-
-
-async def _operator_command(command: OperatorCommand, settings: Settings) -> int:
-    # Imported when used: `ltm worker` loads none of the operators' code.
-    from worker.ops import call, dead_letters, memory_list, revisions
-    from worker.ops.audit_tail import tail_audit
-    from worker.ops.commands import (
-        CallTool,
-        ListDeadLetters,
-        ListMemories,
-        PurgeDeadLetters,
-        ReplayDeadLetters,
-        RestoreRevision,
-        ShowHistory,
-        TailAudit,
-    )
-
-    match command:
-        case CallTool():
-            return await call.call_and_print(settings, command)
-        case ListDeadLetters():
-            return await dead_letters.list_dead_letters(settings, command)
-        case ReplayDeadLetters():
-            return await dead_letters.replay_dead_letters(settings, command)
-        case PurgeDeadLetters():
-            return await dead_letters.purge_dead_letters(settings, command)
-        case TailAudit():
-            return await tail_audit(settings, command)
-        case ShowHistory():
-            return await revisions.print_history(settings, command)
-        case RestoreRevision():
-            return await revisions.restore_and_print(settings, command)
-        case ListMemories():
-            return await memory_list.list_memories(settings, command)
-    raise AssertionError(f"no runner for {command!r}")  # pragma: no cover - a new command
 
 
 def migrate(settings: Settings, *, roles: bool) -> int:

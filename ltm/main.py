@@ -1,5 +1,6 @@
-"""`ltm`: the one console script. Thin: it parses, loads the settings, then hands the typed
-command over to the composition root; a failure to reach a service is one line, no traceback."""
+"""`ltm`: the one console script. Thin: it parses, loads the settings, then runs what the
+command line's command group gave it to run (`ltm.commands`); a failure to reach a service is
+one line, no traceback."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from infra.observability.logs import configure_logging
 from infra.observability.tracing import configure_tracing
 from infra.redaction import mask_passwords
 from infra.settings import Settings, SettingsError
-from ltm.arguments import UsageProblem, build_parser, command_of
-from ltm.composition import run_command
-from worker.ops.output import ExitCode
+from ltm.commands import build_parser
+from ltm.commands.common import Run, UsageProblem
+from operators.display import ExitCode
 
 __all__ = ["main"]
 
@@ -30,18 +31,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValidationError, SettingsError) as error:
         _say(args.command, error)
         return ExitCode.USAGE
-    try:
-        command = command_of(args)
-    except UsageProblem as error:
-        print(error, file=sys.stderr)
-        return ExitCode.USAGE
     configure_logging(settings.log_level, settings.log_format)
     # OTEL_SERVICE_NAME, when set, names the process instead.
     configure_tracing(f"ltm-{args.command}")
+    run: Run = args.run
     try:
-        code = run_command(command, settings)
+        code = run(args, settings)
         # Now, while a closed output can still be told apart: at exit it would be a traceback.
         sys.stdout.flush()
+    except UsageProblem as error:
+        print(error, file=sys.stderr)
+        return ExitCode.USAGE
     except BrokenPipeError:
         return _output_closed()
     except (

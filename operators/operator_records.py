@@ -10,8 +10,7 @@ from contracts import (
     operator_routing_key,
 )
 from infra.settings import Settings
-from operators.dead_letter_queue import Purge
-from operators.dead_letter_replay import ReplayReport
+from operators.dead_letters import Purge, ReplayReport
 from operators.recording import record_events
 from worker.core.outgoing import OutgoingEvent
 

@@ -21,9 +21,8 @@ from gateway import discord_nonce
 from harness.fake_discord import FakeDiscord
 from harness.waiting import eventually
 from infra.settings import Settings
-from operators.dead_letter_queue import inspect_dead_letters
-from worker.ops.commands import ReplayDeadLetters
-from worker.ops.dead_letters import replay_dead_letters
+from ltm.commands.dlq import replay_dead_letters
+from operators.dead_letters import inspect_dead_letters
 
 __all__ = ["settle_answers", "settle_embeds"]
 
@@ -46,7 +45,7 @@ class _DeadLetters:
                 reason = re.sub(r"\(.*", "", entry.reason).strip()
                 self.report.dead_letter_reasons[f"{entry.source}: {reason[:60]}"] += 1
         out, err = io.StringIO(), io.StringIO()
-        await replay_dead_letters(self.settings, ReplayDeadLetters(None), out=out, err=err)
+        await replay_dead_letters(self.settings, None, out=out, err=err)
         replayed = re.search(r"replayed (\d+) of", out.getvalue())
         self.report.replayed += int(replayed.group(1)) if replayed else 0
 

@@ -17,8 +17,7 @@ from contracts import (
     ToolCallCompleted,
     ToolCallRequested,
 )
-from worker.ops.audit_lines import event_details
-from worker.ops.output import shown_text, shown_time
+from operators.display import event_details, shown_text, shown_time
 
 __all__ = ["ACTIONS", "AuditFilter", "BadFilter", "event_row", "unreadable_row"]
 

@@ -37,7 +37,7 @@ from harness.snowflake import snowflake
 from harness.waiting import eventually
 from harness.world import Persona, World, tool_call
 from infra.settings import Settings
-from tests.integration.ops.seeding import worker_dead_letter
+from tests.integration.operators.seeding import worker_dead_letter
 from tests.support.browser import chromium
 
 pytestmark = pytest.mark.browser

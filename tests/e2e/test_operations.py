@@ -29,10 +29,9 @@ from harness.snowflake import snowflake
 from harness.waiting import eventually
 from harness.world import World, tool_call
 from infra.settings import Settings
+from ltm.commands.audit import tail_audit
+from ltm.commands.dlq import list_dead_letters, replay_dead_letters
 from tests.e2e.conftest import new_worker
-from worker.ops.audit_tail import tail_audit
-from worker.ops.commands import ListDeadLetters, ReplayDeadLetters, TailAudit
-from worker.ops.dead_letters import list_dead_letters, replay_dead_letters
 
 
 async def _a_memory_and_its_update(world: World) -> tuple[int, ToolCallRequested]:
@@ -68,16 +67,13 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
             assert failed.status is MemoryStatus.DB_ERROR
 
             listing = io.StringIO()
-            assert (
-                await list_dead_letters(settings, ListDeadLetters(), out=listing, err=io.StringIO())
-                == 0
-            )
+            assert await list_dead_letters(settings, out=listing, err=io.StringIO()) == 0
             assert str(call.event_id) in listing.getvalue()
             assert "database unavailable" in listing.getvalue()
 
             replayed = io.StringIO()
             code = await replay_dead_letters(
-                settings, ReplayDeadLetters(str(call.event_id)), out=replayed, err=replayed
+                settings, str(call.event_id), out=replayed, err=replayed
             )
             assert code == 0, replayed.getvalue()
             answers = await events.wait_for(ToolCallCompleted, 2, tool_call_id=call.tool_call_id)
@@ -87,7 +83,7 @@ async def test_a_poisoned_call_is_listed_then_replayed_once_fixed_and_applied_on
     assert await world.content(memory_id) == "after"
     assert len(await world.revisions_of_call(call.tool_call_id)) == 1
     after = io.StringIO()
-    assert await list_dead_letters(settings, ListDeadLetters(), out=after, err=io.StringIO()) == 0
+    assert await list_dead_letters(settings, out=after, err=io.StringIO()) == 0
     assert str(call.event_id) not in after.getvalue()
 
 
@@ -117,12 +113,7 @@ async def test_replaying_an_applied_call_changes_nothing(
                 **properties,
             )
             out = io.StringIO()
-            assert (
-                await replay_dead_letters(
-                    settings, ReplayDeadLetters(str(call.event_id)), out=out, err=out
-                )
-                == 0
-            )
+            assert await replay_dead_letters(settings, str(call.event_id), out=out, err=out) == 0
             first_again, second = await events.wait_for(
                 ToolCallCompleted, 2, tool_call_id=call.tool_call_id
             )
@@ -158,10 +149,7 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
                 await audit.wait_for(MemoryUpdated, tool_call_id=call.tool_call_id)
 
     out = io.StringIO()
-    assert (
-        await tail_audit(settings, TailAudit("first", as_json=True), out=out, err=io.StringIO())
-        == 0
-    )
+    assert await tail_audit(settings, "first", as_json=True, out=out, err=io.StringIO()) == 0
     ours = {call.tool_call_id for call in calls}
     printed = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
     # The stream holds every event of the run; the audit trail is its memory.* events.
@@ -186,7 +174,7 @@ async def test_audit_tail_without_follow_ends_while_events_keep_coming(
     publishing = asyncio.create_task(_publish_events_forever(channel, topology))
     try:
         code = await asyncio.wait_for(
-            tail_audit(settings, TailAudit("last"), out=io.StringIO(), err=io.StringIO()),
+            tail_audit(settings, "last", out=io.StringIO(), err=io.StringIO()),
             timeout=20,
         )
         assert not publishing.done()
@@ -201,9 +189,7 @@ async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
     async with AmqpProxy(settings.amqp_url) as proxy:
         through = settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)})
         out, err = io.StringIO(), io.StringIO()
-        tail = asyncio.create_task(
-            tail_audit(through, TailAudit("last", follow=True), out=out, err=err)
-        )
+        tail = asyncio.create_task(tail_audit(through, "last", follow=True, out=out, err=err))
         event = CacheInvalidate(cache="user", key=snowflake())
 
         async def tailing() -> bool:  # "last" may start past a first copy: send it again

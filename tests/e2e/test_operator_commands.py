@@ -28,7 +28,7 @@ from harness.world import World
 from harness.world import tool_call as call_on
 from infra.settings import Settings
 from infra.storage.revisions import REVISION_INSERT
-from tests.integration.ops.seeding import publish_event, tool_call, worker_dead_letter
+from tests.integration.operators.seeding import publish_event, tool_call, worker_dead_letter
 from tests.support.commands import run_ltm, run_ltm_into_closed_pipe, run_ltm_into_head
 
 # 128 + SIGPIPE: how a shell reports a command whose reader went away.

@@ -22,9 +22,9 @@ from harness.services import TestServices
 from harness.snowflake import snowflake
 from harness.world import World, participant, tool_call
 from infra.settings import Settings
+from ltm.commands.audit import print_history
+from ltm.commands.memory import restore_and_print
 from tests.support.commands import run_ltm
-from worker.ops.commands import RestoreRevision, ShowHistory
-from worker.ops.revisions import print_history, restore_and_print
 
 pytestmark = pytest.mark.usefixtures("worker_process")
 
@@ -48,9 +48,7 @@ async def test_restore_of_an_update_brings_back_the_earlier_content(
 
         out = io.StringIO()
         assert (
-            await restore_and_print(
-                settings, RestoreRevision(update["revision_id"], actor="ops-alice"), out=out
-            )
+            await restore_and_print(settings, update["revision_id"], actor="ops-alice", out=out)
             == 0
         )
         [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
@@ -99,12 +97,7 @@ async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
         assert result.status is MemoryStatus.DELETED
         assert await world.content(memory_id) is None
         [deletion] = await world.revisions(memory_id)
-        assert (
-            await restore_and_print(
-                settings, RestoreRevision(deletion["revision_id"]), out=io.StringIO()
-            )
-            == 0
-        )
+        assert await restore_and_print(settings, deletion["revision_id"], out=io.StringIO()) == 0
         [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
         [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
 
@@ -120,7 +113,7 @@ async def test_restore_of_a_delete_recreates_the_memory_under_its_id(
 
 async def test_restore_of_an_unknown_revision_is_not_found(settings: Settings) -> None:
     out, err = io.StringIO(), io.StringIO()
-    assert await restore_and_print(settings, RestoreRevision(2**40), out=out, err=err) == 3
+    assert await restore_and_print(settings, 2**40, out=out, err=err) == 3
     assert err.getvalue() == f"ltm memory restore: no revision {2**40}\n"
     assert out.getvalue() == ""
 
@@ -136,7 +129,7 @@ async def test_history_lists_revisions_oldest_first(
     persona = await world.persona(server)
     memory_id = await world.server_memory(persona, "one")
     out, err = io.StringIO(), io.StringIO()
-    assert await print_history(settings, ShowHistory(memory_id), out=out, err=err) == 3
+    assert await print_history(settings, memory_id, out=out, err=err) == 3
     assert out.getvalue() == ""
     assert f"memory {memory_id} has no revisions" in err.getvalue()
     calls = [
@@ -188,7 +181,7 @@ async def test_history_as_json_has_the_contents_whole(
         await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
     out = io.StringIO()
 
-    assert await print_history(settings, ShowHistory(memory_id, as_json=True), out=out) == 0
+    assert await print_history(settings, memory_id, as_json=True, out=out) == 0
 
     [revision] = json.loads(out.getvalue())
     assert revision["memory_id"] == memory_id
@@ -226,12 +219,7 @@ async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing
         assert (creation["action"], creation["content_before"]) == ("created", "")
 
         out = io.StringIO()
-        assert (
-            await restore_and_print(
-                settings, RestoreRevision(creation["revision_id"], actor="ops"), out=out
-            )
-            == 0
-        )
+        assert await restore_and_print(settings, creation["revision_id"], actor="ops", out=out) == 0
         [audit] = await tap.wait_for(MemoryRestored, memory_id=memory_id)
         [invalidation] = await tap.wait_for(CacheInvalidate, tool_call_id=audit.tool_call_id)
 
@@ -249,9 +237,7 @@ async def test_restore_of_a_creation_removes_the_memory_and_then_changes_nothing
     assert "(deleted)" in out.getvalue()
 
     again = io.StringIO()
-    assert (
-        await restore_and_print(settings, RestoreRevision(creation["revision_id"]), out=again) == 0
-    )
+    assert await restore_and_print(settings, creation["revision_id"], out=again) == 0
     assert "already as before revision" in again.getvalue()
     assert "(does not exist)" in again.getvalue()
     assert len(await world.revisions(memory_id)) == 2
@@ -272,16 +258,11 @@ async def test_a_restore_that_would_change_nothing_changes_nothing(
         await publish_tool_call(channel, topology, call)
         await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
     [update] = await world.revisions(memory_id)
-    assert (
-        await restore_and_print(settings, RestoreRevision(update["revision_id"]), out=io.StringIO())
-        == 0
-    )
+    assert await restore_and_print(settings, update["revision_id"], out=io.StringIO()) == 0
 
     async with tap_events(channel, topology.events_exchange) as tap:
         out = io.StringIO()
-        assert (
-            await restore_and_print(settings, RestoreRevision(update["revision_id"]), out=out) == 0
-        )
+        assert await restore_and_print(settings, update["revision_id"], out=out) == 0
         # A restore's events are confirmed by the broker before it returns: any would reach
         # the tap before the answer to a call published after it.
         marker = tool_call(persona, {"memory_id": "x"}, triggerer_id=snowflake())

@@ -28,8 +28,7 @@ from contracts import Topology
 from harness.services import rabbitmqctl
 from infra.messaging.accounts import Role
 from infra.settings import Settings
-from worker.ops.broker_definitions import print_definitions
-from worker.ops.commands import PrintBrokerDefinitions
+from ltm.commands.setup import print_definitions
 
 __all__ = ["BrokerAccounts", "broker_accounts"]
 
@@ -74,7 +73,7 @@ def broker_accounts(
         }
     )
     document = io.StringIO()
-    assert print_definitions(configured, PrintBrokerDefinitions(vhost), out=document) == 0
+    assert print_definitions(configured, vhost, out=document) == 0
     definitions = folder / f"definitions-{run}.json"
     definitions.write_text(document.getvalue())
     with ExitStack() as cleanup:

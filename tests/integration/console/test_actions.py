@@ -15,7 +15,7 @@ from harness.broker import EventTap, queue_depth, tap_events
 from harness.waiting import eventually
 from harness.world import World
 from tests.integration.console.conftest import Scene
-from tests.integration.ops.seeding import tool_call, worker_dead_letter
+from tests.integration.operators.seeding import tool_call, worker_dead_letter
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from harness.broker import queue_depth
 from harness.processes import free_port
 from harness.world import World
 from tests.integration.console.conftest import PASSWORD, Scene, console_settings
-from tests.integration.ops.seeding import tool_call, worker_dead_letter
+from tests.integration.operators.seeding import tool_call, worker_dead_letter
 
 
 async def test_pages_without_a_session_lead_to_the_login_and_scripts_get_401(scene: Scene) -> None:

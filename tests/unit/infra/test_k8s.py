@@ -26,7 +26,7 @@ import yaml
 
 from contracts import DEFAULT_PREFIX, Topology
 from infra.settings import SECRET_SETTINGS, Settings, environment_variable
-from ltm.arguments import build_parser
+from ltm.commands import build_parser
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "deploy" / "k8s"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.processes import free_port
-from ltm.arguments import build_parser
+from ltm.commands import build_parser
 from ltm.main import main
 
 

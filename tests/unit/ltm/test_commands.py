@@ -1,97 +1,161 @@
-"""Each command line becomes its typed command: what the operator commands and the
-composition root are given, with nothing of argparse left in it."""
+"""Each command line runs its command with its arguments: what the command groups hand to the
+printing and the composition root, with nothing of argparse left in it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ltm.arguments import UsageProblem, build_parser, command_of
+from infra.settings import Settings
+from ltm.commands import build_parser
+from ltm.commands.common import Run, UsageProblem
 from ltm.main import main
-from ltm.processes import (
-    Command,
-    DeclareTopology,
-    HashPassword,
-    Migrate,
-    RunGateway,
-    RunWorker,
-    ServeConsole,
+
+# What a command ran: the function's name, and what it was given besides the settings.
+Ran = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+# The functions the commands run, where each command finds them when it runs.
+_ASYNC = (
+    "ltm.composition.declare_topology",
+    "ltm.composition.run_worker",
+    "gateway.process.run_gateway",
+    "console.app.run_console",
+    "ltm.commands.call.call_and_print",
+    "ltm.commands.dlq.list_dead_letters",
+    "ltm.commands.dlq.replay_dead_letters",
+    "ltm.commands.dlq.purge_dead_letters",
+    "ltm.commands.audit.tail_audit",
+    "ltm.commands.audit.print_history",
+    "ltm.commands.memory.restore_and_print",
+    "ltm.commands.memory.list_memories",
 )
-from worker.ops.commands import (
-    ListDeadLetters,
-    ListMemories,
-    PrintBrokerDefinitions,
-    PurgeDeadLetters,
-    ReplayDeadLetters,
-    RestoreRevision,
-    ShowHistory,
-    TailAudit,
+_SYNC = (
+    "ltm.composition.migrate",
+    "ltm.commands.setup.print_definitions",
+    "console.passwords.print_password_hash",
 )
 
 
-def _command(*argv: str) -> Command:
-    return command_of(build_parser().parse_args(argv))
+def _given(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(arg for arg in args if not isinstance(arg, Settings))
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[Ran]:
+    runs: list[Ran] = []
+
+    def sync(name: str) -> Callable[..., int]:
+        def runs_it(*args: Any, **kwargs: Any) -> int:
+            runs.append((name, _given(args), kwargs))
+            return 0
+
+        return runs_it
+
+    def asynchronous(name: str) -> Callable[..., Coroutine[Any, Any, int]]:
+        async def runs_it(*args: Any, **kwargs: Any) -> int:
+            runs.append((name, _given(args), kwargs))
+            return 0
+
+        return runs_it
+
+    for target in _SYNC:
+        monkeypatch.setattr(target, sync(target.rsplit(".", 1)[1]))
+    for target in _ASYNC:
+        monkeypatch.setattr(target, asynchronous(target.rsplit(".", 1)[1]))
+    return runs
+
+
+def _run(*argv: str) -> int:
+    args = build_parser().parse_args(argv)
+    run: Run = args.run
+    return run(args, Settings())
 
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (("migrate",), Migrate(roles=False)),
-        (("migrate", "--roles"), Migrate(roles=True)),
-        (("topology",), DeclareTopology()),
-        (("broker-definitions",), PrintBrokerDefinitions(vhost=None)),
-        (("broker-definitions", "--vhost", "prod"), PrintBrokerDefinitions(vhost="prod")),
-        (("worker",), RunWorker()),
-        (("gateway", "--shards", "1,0,1", "--shard-count", "4"), RunGateway((0, 1), 4)),
-        (("console",), ServeConsole("127.0.0.1", 8080)),
-        (("console", "--host", "0.0.0.0", "--port", "9000"), ServeConsole("0.0.0.0", 9000)),
-        (("console", "hash-password"), HashPassword()),
-        (("dlq", "list"), ListDeadLetters(as_json=False)),
-        (("dlq", "list", "--json"), ListDeadLetters(as_json=True)),
-        (("dlq", "replay", "--all"), ReplayDeadLetters(event_id=None)),
-        (("dlq", "replay", "--id", "e-1", "--json"), ReplayDeadLetters("e-1", as_json=True)),
-        (("dlq", "purge"), PurgeDeadLetters(yes=False)),
-        (("dlq", "purge", "--yes", "--json"), PurgeDeadLetters(yes=True, as_json=True)),
-        (("audit", "tail"), TailAudit(start="first")),
-        (("audit", "tail", "--from", "LAST", "--follow"), TailAudit(start="last", follow=True)),
+        (("migrate",), ("migrate", (), {"roles": False})),
+        (("migrate", "--roles"), ("migrate", (), {"roles": True})),
+        (("topology",), ("declare_topology", (), {})),
+        (("broker-definitions",), ("print_definitions", (None,), {})),
+        (("broker-definitions", "--vhost", "prod"), ("print_definitions", ("prod",), {})),
+        (("worker",), ("run_worker", (), {})),
+        (
+            ("gateway", "--shards", "1,0,1", "--shard-count", "4"),
+            ("run_gateway", ((0, 1), 4), {}),
+        ),
+        (("console",), ("run_console", ("127.0.0.1", 8080), {})),
+        (
+            ("console", "--host", "0.0.0.0", "--port", "9000"),
+            ("run_console", ("0.0.0.0", 9000), {}),
+        ),
+        (("console", "hash-password"), ("print_password_hash", (), {})),
+        (("dlq", "list"), ("list_dead_letters", (), {"as_json": False})),
+        (("dlq", "list", "--json"), ("list_dead_letters", (), {"as_json": True})),
+        (("dlq", "replay", "--all"), ("replay_dead_letters", (None,), {"as_json": False})),
+        (
+            ("dlq", "replay", "--id", "e-1", "--json"),
+            ("replay_dead_letters", ("e-1",), {"as_json": True}),
+        ),
+        (("dlq", "purge"), ("purge_dead_letters", (), {"yes": False, "as_json": False})),
+        (
+            ("dlq", "purge", "--yes", "--json"),
+            ("purge_dead_letters", (), {"yes": True, "as_json": True}),
+        ),
+        (("audit", "tail"), ("tail_audit", ("first",), {"follow": False, "as_json": False})),
+        (
+            ("audit", "tail", "--from", "LAST", "--follow"),
+            ("tail_audit", ("last",), {"follow": True, "as_json": False}),
+        ),
         (
             ("audit", "tail", "--from", "2025-01-31 12:00", "--json"),
-            TailAudit(start=datetime(2025, 1, 31, 12, tzinfo=UTC), as_json=True),
+            (
+                "tail_audit",
+                (datetime(2025, 1, 31, 12, tzinfo=UTC),),
+                {"follow": False, "as_json": True},
+            ),
         ),
-        (("audit", "history", "7"), ShowHistory(memory_id=7)),
-        (("memory", "restore", "12"), RestoreRevision(revision_id=12, actor="cli")),
+        (("audit", "history", "7"), ("print_history", (7,), {"as_json": False})),
+        (
+            ("memory", "restore", "12"),
+            ("restore_and_print", (12,), {"actor": "cli", "as_json": False}),
+        ),
         (
             ("memory", "restore", "12", "--actor", "alice", "--json"),
-            RestoreRevision(revision_id=12, actor="alice", as_json=True),
+            ("restore_and_print", (12,), {"actor": "alice", "as_json": True}),
         ),
         (
             ("memory", "list", "--guild", "10", "--persona", "2", "--user", "30", "--user", "31"),
-            ListMemories(guild="10", persona_id=2, user_ids=("30", "31")),
+            ("list_memories", ("10", 2, ("30", "31")), {"as_json": False}),
         ),
     ],
 )
-def test_a_command_line_becomes_its_typed_command(argv: tuple[str, ...], expected: Command) -> None:
-    assert _command(*argv) == expected
+def test_a_command_line_runs_its_command_with_its_arguments(
+    argv: tuple[str, ...], expected: Ran, ran: list[Ran]
+) -> None:
+    assert _run(*argv) == 0
+    assert ran == [expected]
 
 
-def test_the_call_command_carries_the_file_it_read(tmp_path: Path) -> None:
+def test_the_call_command_carries_the_file_it_read(tmp_path: Path, ran: list[Ran]) -> None:
     path = tmp_path / "call.json"
     path.write_bytes(b'{"arguments": {}}')
 
-    command = _command("call", str(path), "--json", "--timeout", "2.5")
+    _run("call", str(path), "--json", "--timeout", "2.5")
+    _run("call", "--json", str(path), "--timeout", "2.5")
 
-    assert command == _command("call", "--json", str(path), "--timeout", "2.5")
-    assert (getattr(command, "body", None), getattr(command, "timeout", None)) == (
-        b'{"arguments": {}}',
-        2.5,
-    )
+    expected = ("call_and_print", (b'{"arguments": {}}',), {"timeout": 2.5, "as_json": True})
+    assert ran == [expected, expected]
 
 
-def test_a_bad_tail_start_is_a_usage_problem() -> None:
+def test_a_bad_tail_start_is_a_usage_problem(ran: list[Ran]) -> None:
     with pytest.raises(UsageProblem, match="--from must be first, last, or a time"):
-        _command("audit", "tail", "--from", "yesterday")
+        _run("audit", "tail", "--from", "yesterday")
+    assert ran == []
 
 
 def test_a_bad_tail_start_is_exit_2_in_one_line(

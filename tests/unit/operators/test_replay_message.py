@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from operators.dead_letter_replay import replay_message
+from operators.dead_letters import replay_message
 
 
 def _dead_letter(user_id: str | None, **headers: Any) -> AbstractIncomingMessage:

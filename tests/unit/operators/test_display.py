@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from worker.ops.output import (
+from operators.display import (
     ExitCode,
     shown_content,
     shown_text,

@@ -29,9 +29,8 @@ from contracts import (
 from harness.broker import queue_depth
 from infra.observability import tracing
 from infra.settings import Settings
-from tests.integration.ops.seeding import tool_call
-from worker.ops.call import call_and_print
-from worker.ops.commands import CallTool
+from ltm.commands.call import call_and_print
+from tests.integration.operators.seeding import tool_call
 
 # Far below the call's own timeout: an answer that waited for it fails here.
 ANSWER_DEADLINE_S = 10.0
@@ -81,7 +80,7 @@ async def answering(
 async def _call(settings: Settings, body: bytes, *, as_json: bool = False) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = await asyncio.wait_for(
-        call_and_print(settings, CallTool(body, timeout=30, as_json=as_json), out=out, err=err),
+        call_and_print(settings, body, timeout=30, as_json=as_json, out=out, err=err),
         ANSWER_DEADLINE_S,
     )
     return code, out.getvalue(), err.getvalue()

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from contracts import CacheInvalidate, DeadLettersPurged, DeadLettersReplayed, ReplayedCall
+from ltm.commands.audit import event_line
 from operators.audit_stream import parse_start
-from tests.integration.ops.seeding import memory_updated
-from worker.ops.audit_lines import event_line
+from tests.integration.operators.seeding import memory_updated
 
 
 @pytest.mark.parametrize(

@@ -15,18 +15,17 @@ from contracts import UPDATE_LONG_TERM_MEMORY, ToolCallRequested, Topology
 from harness.broker import queue_depth
 from harness.waiting import eventually
 from infra.settings import Settings
-from operators.dead_letter_queue import (
+from ltm.commands.dlq import list_dead_letters, purge_dead_letters, replay_dead_letters
+from operators.dead_letters import (
     DELIVERY_PATIENCE_S,
     inspect_dead_letters,
     take_deliveries,
 )
-from tests.integration.ops.seeding import (
+from tests.integration.operators.seeding import (
     broker_dead_letter,
     tool_call,
     worker_dead_letter,
 )
-from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
-from worker.ops.dead_letters import list_dead_letters, purge_dead_letters, replay_dead_letters
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ async def test_list_shows_both_kinds_and_consumes_nothing(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert await list_dead_letters(ops_settings, ListDeadLetters(), out=out, err=err) == 0
+    assert await list_dead_letters(ops_settings, out=out, err=err) == 0
 
     header, *rows, summary = out.getvalue().splitlines()
     assert header.split() == [
@@ -103,9 +102,7 @@ async def test_list_as_json_is_one_array_of_the_entries(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert (
-        await list_dead_letters(ops_settings, ListDeadLetters(as_json=True), out=out, err=err) == 0
-    )
+    assert await list_dead_letters(ops_settings, as_json=True, out=out, err=err) == 0
 
     listed = {entry["tool_call_id"]: entry for entry in json.loads(out.getvalue())}
     assert set(listed) == {call.tool_call_id for call in seeded.all}
@@ -123,8 +120,8 @@ async def test_list_of_an_empty_queue_says_so_or_prints_an_empty_array(
 ) -> None:
     text, as_json = io.StringIO(), io.StringIO()
 
-    assert await list_dead_letters(ops_settings, ListDeadLetters(), out=text) == 0
-    assert await list_dead_letters(ops_settings, ListDeadLetters(as_json=True), out=as_json) == 0
+    assert await list_dead_letters(ops_settings, out=text) == 0
+    assert await list_dead_letters(ops_settings, as_json=True, out=as_json) == 0
 
     assert text.getvalue() == f"{topology.dead_letter_queue} is empty\n"
     assert json.loads(as_json.getvalue()) == []
@@ -160,7 +157,7 @@ async def test_replay_by_id_moves_exactly_that_one_back_as_published(
     out, err = io.StringIO(), io.StringIO()
     event_id = str(seeded.exhausted.event_id)
 
-    code = await replay_dead_letters(ops_settings, ReplayDeadLetters(event_id), out=out, err=err)
+    code = await replay_dead_letters(ops_settings, event_id, out=out, err=err)
 
     assert code == 0, err.getvalue()
     assert f"replayed {event_id}" in out.getvalue()
@@ -191,9 +188,7 @@ async def test_replay_by_id_moves_exactly_that_one_back_as_published(
 async def test_replay_of_a_worker_dead_letter_drops_its_marks(
     ops_settings: Settings, channel: AbstractChannel, topology: Topology, seeded: Seeded
 ) -> None:
-    code = await replay_dead_letters(
-        ops_settings, ReplayDeadLetters(str(seeded.crashed.event_id)), out=io.StringIO()
-    )
+    code = await replay_dead_letters(ops_settings, str(seeded.crashed.event_id), out=io.StringIO())
 
     assert code == 0
     await _wait_for_count(channel, topology.worker_queue, 1)
@@ -211,9 +206,7 @@ async def test_replay_of_an_unknown_id_fails_clearly_and_changes_nothing(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    code = await replay_dead_letters(
-        ops_settings, ReplayDeadLetters("no-such-event"), out=out, err=err
-    )
+    code = await replay_dead_letters(ops_settings, "no-such-event", out=out, err=err)
 
     assert code == 3
     assert "no dead-lettered message with event id no-such-event" in err.getvalue()
@@ -229,9 +222,7 @@ async def test_an_unroutable_replay_stays_dead_lettered(
     await _wait_for_count(channel, topology.dead_letter_queue, 1)
     err = io.StringIO()
 
-    code = await replay_dead_letters(
-        ops_settings, ReplayDeadLetters(str(orphan.event_id)), out=io.StringIO(), err=err
-    )
+    code = await replay_dead_letters(ops_settings, str(orphan.event_id), out=io.StringIO(), err=err)
 
     assert code == 1
     assert (
@@ -246,7 +237,7 @@ async def test_replay_all_sends_every_one_back(
 ) -> None:
     out = io.StringIO()
 
-    assert await replay_dead_letters(ops_settings, ReplayDeadLetters(None), out=out) == 0
+    assert await replay_dead_letters(ops_settings, None, out=out) == 0
 
     assert out.getvalue().splitlines()[-1] == "replayed 3 of 3 dead-lettered message(s)"
     await _wait_for_count(channel, topology.worker_queue, 3)
@@ -263,12 +254,7 @@ async def test_replay_all_as_json_is_one_document_of_what_went_back(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert (
-        await replay_dead_letters(
-            ops_settings, ReplayDeadLetters(None, as_json=True), out=out, err=err
-        )
-        == 0
-    )
+    assert await replay_dead_letters(ops_settings, None, as_json=True, out=out, err=err) == 0
 
     report = json.loads(out.getvalue())
     assert {entry["event_id"] for entry in report["replayed"]} == {
@@ -284,7 +270,7 @@ async def test_purge_with_yes_empties_the_queue(
 ) -> None:
     out = io.StringIO()
 
-    assert await purge_dead_letters(ops_settings, PurgeDeadLetters(yes=True), out=out) == 0
+    assert await purge_dead_letters(ops_settings, yes=True, out=out) == 0
 
     assert "removed 3 dead-lettered message(s)" in out.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 0)
@@ -295,12 +281,7 @@ async def test_purge_as_json_prints_the_count_alone_on_stdout(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert (
-        await purge_dead_letters(
-            ops_settings, PurgeDeadLetters(yes=True, as_json=True), out=out, err=err
-        )
-        == 0
-    )
+    assert await purge_dead_letters(ops_settings, yes=True, as_json=True, out=out, err=err) == 0
 
     assert json.loads(out.getvalue()) == {"removed": 3}
     assert "removed 3" in err.getvalue()
@@ -317,9 +298,7 @@ async def test_purge_not_answered_yes_keeps_everything_and_exits_1(
 ) -> None:
     out = io.StringIO()
 
-    code = await purge_dead_letters(
-        ops_settings, PurgeDeadLetters(), out=out, stdin=io.StringIO(answer)
-    )
+    code = await purge_dead_letters(ops_settings, out=out, stdin=io.StringIO(answer))
 
     assert code == 1
     assert "remove 3 dead-lettered message(s)" in out.getvalue()
@@ -332,12 +311,7 @@ async def test_purge_answered_yes_empties_the_queue(
 ) -> None:
     out = io.StringIO()
 
-    assert (
-        await purge_dead_letters(
-            ops_settings, PurgeDeadLetters(), out=out, stdin=io.StringIO("y\n")
-        )
-        == 0
-    )
+    assert await purge_dead_letters(ops_settings, out=out, stdin=io.StringIO("y\n")) == 0
 
     assert "removed 3" in out.getvalue()
     await _wait_for_count(channel, topology.dead_letter_queue, 0)

@@ -6,7 +6,7 @@ import io
 from datetime import UTC, datetime
 
 from contracts import MemoryListing, PersonalMemory, ServerMemory
-from worker.ops.memory_list import print_listing
+from ltm.commands.memory import print_listing
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

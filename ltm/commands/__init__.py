@@ -1,24 +1,43 @@
-"""The `ltm` command line: every command group's options, and the typed command a parsed
-command line stands for (`command_of`)."""
+"""The `ltm` command line: every command group, in the order `ltm --help` lists them.
+
+Each group is one module: its options (`add`, which gives each leaf parser the `run` it runs
+once parsed), what it runs, and what it prints. A new command goes in its group's module (a
+new group, in `COMMANDS` too); its use case, in `operators`.
+
+The groups import the operators' use cases inside what they run: `ltm worker` loads none of
+them."""
 
 from __future__ import annotations
 
 import argparse
 from importlib.metadata import PackageNotFoundError, version
-from typing import Final
+from typing import Any, Final, Protocol
 
-from ltm.arguments.audit import add_audit
-from ltm.arguments.call import add_call
-from ltm.arguments.common import UsageProblem
-from ltm.arguments.dead_letters import add_dlq
-from ltm.arguments.memory import add_memory
-from ltm.arguments.processes import add_console, add_gateway, add_setup, add_worker
-from ltm.processes import Command
-from worker.ops.output import ExitCode
+from ltm.commands import audit, call, console, dlq, gateway, memory, setup, worker
+from operators.display import ExitCode
 
-__all__ = ["UsageProblem", "build_parser", "command_of"]
+__all__ = ["COMMANDS", "CommandGroup", "build_parser"]
 
 PACKAGE: Final = "tomori-ltm"
+
+
+class CommandGroup(Protocol):
+    """A command group's module."""
+
+    def add(self, commands: Any) -> None:
+        """Adds the group's commands to `commands` (`ltm`'s subparsers)."""
+
+
+COMMANDS: Final[tuple[CommandGroup, ...]] = (
+    setup,
+    worker,
+    gateway,
+    call,
+    dlq,
+    audit,
+    memory,
+    console,
+)
 
 _EPILOG: Final = f"""\
 exit codes:
@@ -57,19 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", title="commands"
     )
-    add_setup(commands)
-    add_worker(commands)
-    add_gateway(commands)
-    add_call(commands)
-    add_dlq(commands)
-    add_audit(commands)
-    add_memory(commands)
-    add_console(commands)
+    for group in COMMANDS:
+        group.add(commands)
     return parser
-
-
-def command_of(args: argparse.Namespace) -> Command:
-    """The typed command of a command line `build_parser` parsed. Raises `UsageProblem` for
-    an argument the command cannot take (argparse's own errors exit with code 2 before)."""
-    command: Command = args.build(args)
-    return command

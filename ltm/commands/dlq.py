@@ -1,31 +1,84 @@
-"""`ltm dlq list|replay|purge`: the dead-letter queue's use cases, printed."""
+"""`ltm dlq list|replay|purge`: the dead-letter queue, listed, replayed and purged, printed."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from aio_pika.exceptions import ChannelNotFoundEntity
 
 from contracts import Topology
 from infra.settings import Settings
-from operators.dead_letter_queue import DEFAULT_LIMIT, inspect_dead_letters, purge
-from operators.dead_letter_records import DeadLetter
-from operators.dead_letter_replay import ReplayReport, replay
-from worker.ops.commands import ListDeadLetters, PurgeDeadLetters, ReplayDeadLetters
-from worker.ops.output import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
+from ltm.commands.common import add_command, json_flag, run_async
+from operators.display import ABSENT, ExitCode, json_document, print_table, shown_text, shown_time
+
+if TYPE_CHECKING:
+    from operators.dead_letters import DeadLetter, ReplayReport
 
 __all__ = [
     "DEAD_LETTER_HEADER",
+    "add",
     "dead_letter_rows",
     "list_dead_letters",
     "purge_dead_letters",
     "replay_dead_letters",
     "replay_exit_code",
 ]
+
+
+def add(commands: Any) -> None:
+    dlq = add_command(
+        commands,
+        "dlq",
+        "the dead-letter queue: calls the worker or the broker gave up on",
+        "Each keeps its body, routing key and properties, with why and when it was given up on.",
+    )
+    actions = dlq.add_subparsers(
+        dest="dlq_command", required=True, metavar="ACTION", title="actions"
+    )
+    listing = add_command(
+        actions,
+        "list",
+        "show the dead-lettered calls (nothing is consumed)",
+        "At most the first 10,000. Each is handed back to the queue when the listing ends.",
+    )
+    json_flag(listing, "print a JSON array, one object per dead letter")
+    listing.set_defaults(
+        run=lambda args, settings: run_async(list_dead_letters(settings, as_json=args.as_json))
+    )
+    replay = add_command(
+        actions,
+        "replay",
+        "send dead-lettered calls back to the worker",
+        "Each goes back to the tool-call exchange with its original routing key and properties, "
+        "and leaves the dead-letter queue once the broker confirmed it. A call that was already "
+        "applied is answered from the idempotency record and changes nothing.",
+    )
+    which = replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every dead letter there is now")
+    which.add_argument(
+        "--id", dest="event_id", metavar="EVENT_ID", help="the dead letter with this event id"
+    )
+    json_flag(replay, "print one JSON object: what was replayed and what failed")
+    replay.set_defaults(run=_run_replay)
+    purge = add_command(actions, "purge", "remove every dead-lettered call")
+    purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    json_flag(purge, "print one JSON object with the number removed")
+    purge.set_defaults(run=_run_purge)
+
+
+def _run_replay(args: argparse.Namespace, settings: Settings) -> int:
+    # argparse lets exactly one of --all and --id through: no id means every dead letter.
+    return run_async(replay_dead_letters(settings, args.event_id, as_json=args.as_json))
+
+
+def _run_purge(args: argparse.Namespace, settings: Settings) -> int:
+    return run_async(purge_dead_letters(settings, yes=args.yes, as_json=args.as_json))
+
 
 DEAD_LETTER_HEADER: Final = (
     "EVENT ID",
@@ -56,21 +109,23 @@ def dead_letter_rows(entries: Sequence[DeadLetter]) -> list[tuple[str, ...]]:
 
 async def list_dead_letters(
     settings: Settings,
-    command: ListDeadLetters,
     *,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
-    limit: int = DEFAULT_LIMIT,
 ) -> int:
-    """`ltm dlq list`: a table of the dead letters, or a JSON array of them; exit code 0, 1
-    when there is no queue."""
+    """`ltm dlq list`: a table of the dead letters (the first `DEFAULT_LIMIT`), or a JSON
+    array of them; exit code 0, 1 when there is no queue."""
+    # Imported when used: `ltm worker` loads none of the operators' code.
+    from operators.dead_letters import inspect_dead_letters
+
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        entries, total = await inspect_dead_letters(settings, limit=limit)
+        entries, total = await inspect_dead_letters(settings)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
     shown = f"the first {len(entries)} of {total}" if total > len(entries) else f"{len(entries)}"
-    if command.as_json:
+    if as_json:
         print(json_document([dataclasses.asdict(entry) for entry in entries]), file=out)
         if total > len(entries):
             print(f"{shown} dead-lettered message(s) listed", file=err)
@@ -84,21 +139,24 @@ async def list_dead_letters(
 
 async def replay_dead_letters(
     settings: Settings,
-    command: ReplayDeadLetters,
+    event_id: str | None,
     *,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
-    limit: int = DEFAULT_LIMIT,
 ) -> int:
-    """`ltm dlq replay --id EVENT_ID | --all`: republishes to `<prefix>.tool_calls` with the
-    original routing key and properties; each dead-letter copy is acked only after the
-    broker confirmed its replay. Exit code 1 for a failed replay, 3 for an unknown id."""
+    """`ltm dlq replay --id EVENT_ID | --all` (`event_id` None): republishes to
+    `<prefix>.tool_calls` with the original routing key and properties; each dead-letter copy
+    is acked only after the broker confirmed its replay. Exit code 1 for a failed replay, 3
+    for an unknown id."""
+    from operators.dead_letters import replay
+
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        report = await replay(settings, event_id=command.event_id, limit=limit)
+        report = await replay(settings, event_id=event_id)
     except ChannelNotFoundEntity:
         return _missing_queue(settings, err)
-    _print_replays(report, settings.topology, command.as_json, out, err)
+    _print_replays(report, settings.topology, as_json, out, err)
     return replay_exit_code(report)
 
 
@@ -161,20 +219,23 @@ def _replay_fields(entry: DeadLetter) -> dict[str, str | None]:
 
 async def purge_dead_letters(
     settings: Settings,
-    command: PurgeDeadLetters,
     *,
+    yes: bool = False,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
     stdin: TextIO | None = None,
 ) -> int:
     """`ltm dlq purge [--yes]`: empties the queue, after asking on `stdin` unless `yes`.
     Exit code 1 when the answer is not yes (or stdin is closed)."""
+    from operators.dead_letters import purge
+
     out, err, reader = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
     # With --json stdout holds the JSON alone: the question and the notes go to stderr.
-    notes = err if command.as_json else out
+    notes = err if as_json else out
 
     async def confirm(count: int, queue: str) -> bool:
-        if command.yes:
+        if yes:
             return True
         print(f"remove {count} dead-lettered message(s) from {queue}? [y/N] ", end="", file=notes)
         notes.flush()
@@ -195,7 +256,7 @@ async def purge_dead_letters(
         code = ExitCode.FAILED
     else:
         print(f"removed {done.removed} dead-lettered message(s)", file=notes)
-    if command.as_json:
+    if as_json:
         print(json_document({"removed": done.removed}), file=out)
     return code
 

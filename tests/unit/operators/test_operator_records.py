@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from contracts import ReplayedCall
-from operators.dead_letter_records import DeadLetter
-from operators.dead_letter_replay import Replayed, ReplayReport
+from operators.dead_letters import DeadLetter, Replayed, ReplayReport
 from operators.operator_records import replay_record
 
 

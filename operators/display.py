@@ -1,5 +1,5 @@
-"""What the operator commands print, one way for all of them: exit codes, tables, text, times
-and JSON.
+"""How the operators' tools show things, one way for the `ltm` commands and the console: exit
+codes, tables, text, times, JSON, and what else an audit event says.
 
 In text mode everything goes to stdout for a person to read: tables with a header of labelled
 columns, text shown as text (control characters escaped, so that one row is one line), absent
@@ -11,17 +11,29 @@ from __future__ import annotations
 
 import signal
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, Final, Literal, TextIO
 
 import orjson
 
+from contracts import (
+    CacheInvalidate,
+    DeadLettersPurged,
+    DeadLettersReplayed,
+    EmbedRequested,
+    Event,
+    MemoryChanged,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
+
 __all__ = [
     "ABSENT",
     "CONTENT_PREVIEW",
     "ExitCode",
+    "event_details",
     "json_document",
     "json_line",
     "print_fields",
@@ -150,3 +162,38 @@ def json_document(value: Any) -> str:
 def json_line(value: Any) -> str:
     """One JSON value on one line (JSON lines: one per event of a stream)."""
     return orjson.dumps(value, option=orjson.OPT_UTC_Z).decode()
+
+
+def event_details(event: Event) -> Iterator[str]:
+    """What else an event says, beyond its time, type, memory, revision and tool call: the
+    last column of `ltm audit tail`, and the console's audit page."""
+    if isinstance(event, MemoryChanged):
+        yield event.scope
+        yield f"guild={event.guild_id or 'dm'}"
+        if event.owner_id:
+            yield f"owner={event.owner_id}"
+        yield f"actor={shown_text(event.actor_id)}"
+        yield f"before: {shown_content(event.content_before)}"
+        yield f"after: {shown_content(event.content_after)}"
+    elif isinstance(event, ToolCallCompleted):
+        yield event.status.value
+        if event.data.scope is not None:
+            yield event.data.scope
+        yield f"shard={event.shard_id}"
+    elif isinstance(event, EmbedRequested):
+        yield event.kind
+        yield f"channel={event.channel_id}"
+        yield f"shard={event.shard_id}"
+    elif isinstance(event, CacheInvalidate):
+        yield f"cache={event.cache}"
+        yield f"key={event.key}"
+    elif isinstance(event, ToolCallRequested):
+        yield shown_text(event.tool_name)
+        yield f"guild={event.context.guild_id or 'dm'}"
+    elif isinstance(event, DeadLettersReplayed):
+        yield f"actor={shown_text(event.actor)}"
+        yield f"replayed={len(event.replayed)}"
+        yield f"failed={event.failed}"
+    elif isinstance(event, DeadLettersPurged):
+        yield f"actor={shown_text(event.actor)}"
+        yield f"removed={event.removed}"

@@ -22,11 +22,10 @@ from contracts import (
 )
 from harness.waiting import eventually
 from infra.settings import Settings
+from ltm.commands.audit import tail_audit
 from operators.audit_stream import parse_start
-from tests.integration.ops.seeding import memory_updated, publish_event
-from worker.ops.audit_tail import tail_audit
-from worker.ops.commands import TailAudit
-from worker.ops.output import shown_time
+from operators.display import shown_time
+from tests.integration.operators.seeding import memory_updated, publish_event
 
 # Generous: a tail that did not stop on its own fails here instead of hanging the run.
 TAIL_DEADLINE_S = 30.0
@@ -49,7 +48,8 @@ async def _tail(settings: Settings, start: str, *, as_json: bool = False) -> lis
     code = await asyncio.wait_for(
         tail_audit(
             settings,
-            TailAudit(parse_start(start), as_json=as_json),
+            parse_start(start),
+            as_json=as_json,
             out=out,
             err=err,
             stop=asyncio.Event(),
@@ -157,7 +157,7 @@ async def test_tail_follow_from_last_prints_the_newest_event_then_new_ones(
     newest = json.loads((await _tail(ops_settings, "first", as_json=True))[-1])
     out, stop = io.StringIO(), asyncio.Event()
     tail = asyncio.create_task(
-        tail_audit(ops_settings, TailAudit("last", follow=True, as_json=True), out=out, stop=stop)
+        tail_audit(ops_settings, "last", follow=True, as_json=True, out=out, stop=stop)
     )
 
     async def printed(count: int) -> list[str] | None:
@@ -216,7 +216,7 @@ async def test_follow_prints_new_events_until_stopped(
     (old,) = await _publish(channel, topology, "old")
     out, stop = io.StringIO(), asyncio.Event()
     tail = asyncio.create_task(
-        tail_audit(ops_settings, TailAudit("first", follow=True, as_json=True), out=out, stop=stop)
+        tail_audit(ops_settings, "first", follow=True, as_json=True, out=out, stop=stop)
     )
 
     async def printed(tool_call_id: str) -> bool:
