@@ -15,10 +15,12 @@ run: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Both distributions in one pip call, so that the service's tomori-ltm-contracts resolves to
+# the checkout's contracts/ (editable both: a checkout runs its own code).
+$(STAMP): pyproject.toml contracts/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e ./contracts -e '.[dev]'
 	touch $(STAMP)
 
 # Installs, configures and starts the local PostgreSQL and RabbitMQ where needed (as root),

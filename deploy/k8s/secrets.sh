@@ -2,7 +2,7 @@
 # The files kustomization.yaml's secretGenerator reads, made where missing: random passwords,
 # and the URLs built from them, naming every broker node and both database hosts (the
 # processes fail over between them). Usage: sh deploy/k8s/secrets.sh [FOLDER]
-# (default: deploy/k8s/secrets, beside kustomization.yaml, git-ignored).
+# (default: deploy/k8s/secrets.sh-output, the folder kustomization.yaml reads, git-ignored).
 #
 # Where the broker and the database are (defaults: a RabbitMQ cluster `ltm-rabbitmq` of three
 # nodes in namespace `rabbitmq`, as its cluster operator names them; a PostgreSQL primary and
@@ -15,7 +15,7 @@
 set -eu
 
 here=$(dirname "$0")
-dir=${1:-$here/secrets}
+dir=${1:-$here/secrets.sh-output}
 rabbitmq=ltm-rabbitmq-server
 nodes=${LTM_K8S_BROKER_NODES:-"$rabbitmq-0.ltm-rabbitmq-nodes.rabbitmq.svc:5672 $rabbitmq-1.ltm-rabbitmq-nodes.rabbitmq.svc:5672 $rabbitmq-2.ltm-rabbitmq-nodes.rabbitmq.svc:5672"}
 service=${LTM_K8S_BROKER_SERVICE:-ltm-rabbitmq.rabbitmq.svc:5672}

@@ -91,12 +91,22 @@ def test_each_part_connects_as_its_role_with_secrets(services: dict[str, Any], n
 
 
 def test_the_image_holds_every_package_the_project_installs() -> None:
-    # `pip install .` in the image finds only the folders copied in: a missing one breaks `ltm`.
+    # `pip install` in the image finds only the folders copied in: a missing one breaks `ltm`.
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = tomllib.loads((ROOT / "contracts" / "pyproject.toml").read_text(encoding="utf-8"))
     included = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    copied = set(re.findall(r"^COPY (\w+) \./\1$", DOCKERFILE.read_text(), re.MULTILINE))
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, re.MULTILINE))
 
-    assert {pattern.rstrip("*") for pattern in included} <= copied
+    assert {pattern.rstrip("*") for pattern in included} | {"contracts"} <= copied
+    # The service's dependency on the contracts resolves to the folder installed with it.
+    pinned = f"{contracts['project']['name']}=={contracts['project']['version']}"
+    assert pinned in project["project"]["dependencies"]
+    (installed,) = re.findall(r"^RUN pip install (.+?) &&", dockerfile, re.MULTILINE)
+    assert installed.split() == ["./contracts", '".[tracing]"']
+    # Both builds read the licence file their metadata names (contracts/LICENSE links to it).
+    (files,) = re.findall(r"^COPY (pyproject\.toml .*) \./$", dockerfile, re.MULTILINE)
+    assert "LICENSE" in files.split()
 
 
 def test_no_password_is_written_in_the_file() -> None:
@@ -264,7 +274,7 @@ def test_the_health_check_fails_without_an_answer(
 def test_the_image() -> None:
     dockerfile = DOCKERFILE.read_text(encoding="utf-8")
     assert "FROM python:3.11-slim" in dockerfile
-    assert 'pip install ".[tracing]"' in dockerfile  # OTEL_* can turn tracing on
+    assert 'pip install ./contracts ".[tracing]"' in dockerfile  # OTEL_* can turn tracing on
     user_lines = [line for line in dockerfile.splitlines() if line.startswith("USER ")]
     assert user_lines and user_lines[-1] not in ("USER root", "USER 0")
     assert 'ENTRYPOINT ["ltm"]' in dockerfile

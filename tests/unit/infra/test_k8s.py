@@ -458,6 +458,21 @@ def test_the_secrets_script_makes_every_file_the_generator_reads(tmp_path: Path)
     assert (folder.stat().st_mode & 0o777) == 0o700
 
 
+def test_the_generator_reads_the_scripts_default_folder_named_after_it() -> None:
+    # On a checkout where the script has not run, kustomize fails on the folder's path
+    # ("lstat .../deploy/k8s/secrets.sh-output: no such file or directory"): it names the script.
+    folders = {
+        Path(path).parent.as_posix()
+        for keys in _generated_secrets().values()
+        for path in keys.values()
+    }
+    assert folders == {f"{SECRETS_SCRIPT.name}-output"}
+    (folder,) = folders
+    assert f"dir=${{1:-$here/{folder}}}\n" in SECRETS_SCRIPT.read_text(encoding="utf-8")
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert f"{K8S.relative_to(ROOT).as_posix()}/{folder}/" in ignored  # never committed
+
+
 def test_the_urls_name_every_broker_node_and_both_database_hosts(tmp_path: Path) -> None:
     nodes = ("rmq-a.example:5672", "rmq-b.example:5672", "rmq-c.example:5672")
     made = _run_secrets_script(
