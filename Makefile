@@ -60,14 +60,14 @@ lint: install
 	$(PROMTOOL) check rules $(OBSERVABILITY)/alerts.yml
 	$(PROMTOOL) check config $(OBSERVABILITY)/prometheus.yml
 	$(PROMTOOL) test rules $(OBSERVABILITY)/alerts_test.yml
-	$(BIN)/pytest -q tests/unit/test_observability.py
+	$(BIN)/pytest -q tests/unit/deploy/test_observability.py
 	$(MAKE) --no-print-directory lint-k8s
 
 # The Kubernetes manifests against the schemas of their kinds (bundled by kubernetes-validate,
 # KEDA's vendored in deploy/k8s/schemas), offline, and against the code they run.
 .PHONY: lint-k8s
 lint-k8s: install
-	$(BIN)/pytest -q tests/unit/infra/test_k8s.py
+	$(BIN)/pytest -q tests/unit/deploy/test_k8s.py
 
 bench: install check-services
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -28,7 +28,7 @@ from opentelemetry.semconv.attributes import error_attributes
 from infra.observability import tracing
 from infra.observability.logs import configure_logging, get_logger
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 

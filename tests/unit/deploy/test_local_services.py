@@ -13,7 +13,7 @@ import pytest
 
 from harness.processes import free_port
 
-SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "local-services.sh"
+SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "local-services.sh"
 INSTALLERS = ("apt-get", "pg_ctlcluster", "rabbitmq-server", "rabbitmqctl", "psql")
 
 

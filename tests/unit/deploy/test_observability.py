@@ -21,7 +21,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from gateway.metrics import GatewayMetrics
 from worker.adapters.metrics import WorkerMetrics
 
-OBSERVABILITY = Path(__file__).resolve().parents[2] / "deploy" / "observability"
+OBSERVABILITY = Path(__file__).resolve().parents[3] / "deploy" / "observability"
 DASHBOARD = OBSERVABILITY / "grafana" / "dashboards" / "tomori-ltm.json"
 ALERTS = OBSERVABILITY / "alerts.yml"
 PROMETHEUS = OBSERVABILITY / "prometheus.yml"
