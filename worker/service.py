@@ -117,7 +117,7 @@ async def process_tool_calls(
         max_personal_memories=max_personal_memories,
     )
     pipelines = [_pipeline(call) for call in calls]
-    claims = await tx.claim(calls)
+    claims = await tx.inbox.claim(calls)
     outcomes: dict[int, Outcome] = {}
     # By pipeline, not by name (a tool's old name shares its calls' run), in the registry's
     # order, whatever order the calls came in.
@@ -137,7 +137,7 @@ async def process_tool_calls(
         for p, o in sorted(outcomes.items())
     ]
     events = [event for _, outcome in sorted(outcomes.items()) for event in outcome.events]
-    rows = await tx.finish(answers, events) if answers else []
+    rows = await tx.inbox.finish(answers, events) if answers else []
 
     # `finish` returns the rows in the order of `events`: each call's come together.
     processed: list[Processed] = []

@@ -94,7 +94,7 @@ class UpdateMemory:
             for claimed in calls
         ]
         planned = [(p, d) for p, d in enumerate(decided) if isinstance(d, _Planned)]
-        written = await tx.apply(
+        written = await tx.memories.apply(
             [
                 PlannedWrite(
                     decision.write,
@@ -113,7 +113,7 @@ class UpdateMemory:
             if memory is None:
                 call = calls[position].call
                 participants = [p.user_id for p in call.context.participants]
-                in_other_scope = await tx.in_other_scope(
+                in_other_scope = await tx.memories.in_other_scope(
                     decision.write, participant_ids=participants
                 )
                 outcomes[position] = not_found(decision.write, in_other_scope=in_other_scope)
@@ -165,7 +165,7 @@ async def _decide(
     if arguments.target_user is not None:
         if not context.is_dm:
             if state.server_id not in directories:
-                directories[state.server_id] = await tx.load_directory(state.server_id)
+                directories[state.server_id] = await tx.members.load_directory(state.server_id)
             directory = directories[state.server_id]
         resolution = resolve_target_user(
             arguments.target_user, context.participants, directory, is_dm=context.is_dm
@@ -173,7 +173,7 @@ async def _decide(
         target = check_target(resolution, bot_user_id=context.bot_user_id)
         if isinstance(target, Rejection):
             return target
-        user = await tx.load_user(target.user_id, server_id=state.server_id)
+        user = await tx.members.load_user(target.user_id, server_id=state.server_id)
         refused = check_personal_scope(
             target, user, context=context, directory=directory, is_delete=content == ""
         )
