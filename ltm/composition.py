@@ -162,7 +162,14 @@ def build_worker(
     deliveries = DeliveryHandler(settings, links, hooks=hooks, batcher=batcher, published=published)
     metrics.in_flight.set_function(lambda: len(deliveries.in_flight))
     relay = OutboxRelay(settings, outbox, links, metrics)
-    return Worker(settings, store, links, batcher, deliveries, relay)
+    return Worker(
+        settings=settings,
+        store=store,
+        links=links,
+        batcher=batcher,
+        deliveries=deliveries,
+        relay=relay,
+    )
 
 
 def _stop_on_signals(worker: Worker) -> None:

@@ -91,28 +91,32 @@ class DeliveryHandler:
                     # answers again from the stored result.
                     self._left_for_redelivery(error)
                     handled = _REDELIVER
-                try:
-                    await settle_delivered(message, handled.outcome)
-                except Exception as error:
-                    # The channel is gone, and with it the delivery: the broker requeues it.
-                    if handled is not _REDELIVER:
-                        self._left_for_redelivery(error)
-                    return
-                if handled is _REDELIVER:
-                    return
-                self._hooks.after_ack(
-                    handled.outcome, delivered_at, handled.processed, handled.cause
-                )
-                if handled.processed is not None:
-                    result = handled.processed.result
-                    log.info(
-                        "worker.call_answered",
-                        status=result.status.value,
-                        replayed=handled.processed.replayed,
-                        memory_id=result.data.memory_id,
-                    )
+                await self._settle(message, handled, delivered_at)
         finally:
             self.in_flight.discard(task)
+
+    async def _settle(
+        self, message: DeliveredMessage, handled: Handled, delivered_at: float
+    ) -> None:
+        """The delivery's one settlement, then what follows its ack."""
+        try:
+            await settle_delivered(message, handled.outcome)
+        except Exception as error:
+            # The channel is gone, and with it the delivery: the broker requeues it.
+            if handled is not _REDELIVER:
+                self._left_for_redelivery(error)
+            return
+        if handled is _REDELIVER:
+            return
+        self._hooks.after_ack(handled.outcome, delivered_at, handled.processed, handled.cause)
+        if handled.processed is not None:
+            result = handled.processed.result
+            log.info(
+                "worker.call_answered",
+                status=result.status.value,
+                replayed=handled.processed.replayed,
+                memory_id=result.data.memory_id,
+            )
 
     def _left_for_redelivery(self, error: Exception) -> None:
         log.warning("worker.call_left_for_redelivery", error=repr(error))
@@ -179,7 +183,9 @@ class DeliveryHandler:
 
     async def _deliver(self, processed: Processed, delivered_at: float) -> Handled:
         """Publishes what committed and marks it; the ack is the caller's."""
-        publisher, shard_queues = self._links.both()
+        # Read one by one, not through `Links.both()`: no tuple made per call.
+        publisher, shard_queues = self._links.publisher, self._links.shard_queues
+        assert publisher is not None and shard_queues is not None
         result = processed.result
         if processed.reused_id:
             log.warning("worker.tool_call_id_reused", status=result.status.value)
