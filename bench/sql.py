@@ -8,7 +8,7 @@ Their parameters come from the worker's own builders (`claim_params`, `apply_par
 `events_params`, `answers_params`) over the worker's own objects (`ToolCallRequested`,
 `PlannedWrite`, `OutgoingEvent`, `ToolCallCompleted`): each batch travels as one JSON
 parameter, and a single call is a batch of one. The helpers here only put those builders
-together the way `ToolCallTransaction` does.
+together the way the worker's unit of work (`PostgresUnitOfWork`) does.
 
 If the worker renames a statement or a builder, importing this module fails; if a statement
 takes other parameters, the builders change with it.
@@ -72,7 +72,7 @@ def server_update(
 
 
 def apply_batches(writes: Sequence[PlannedWrite]) -> list[dict[str, str]]:
-    """`APPLY`'s parameters, one statement per wave, as `memory_writes.apply` runs them.
+    """`APPLY`'s parameters, one statement per wave, as `PostgresMemoryWrites.apply` runs them.
 
     A batch whose memory ids are distinct is one statement.
     """
@@ -82,5 +82,5 @@ def apply_batches(writes: Sequence[PlannedWrite]) -> list[dict[str, str]]:
 def finish_params(
     results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent], bodies: Sequence[bytes]
 ) -> dict[str, str]:
-    """`FINISH`'s parameters, as `worker.adapters.inbox.finish` passes them."""
+    """`FINISH`'s parameters, as `PostgresInbox.finish` passes them."""
     return {**events_params(events, bodies), **answers_params(results)}

@@ -21,7 +21,12 @@ from gateway.directory import (
     detach_directory,
     member_row,
 )
-from gateway.discord_sender import DiscordSender, RetryPolicy, discord_nonce, is_transient
+from gateway.discord_sender import (
+    DiscordSender,
+    RetryPolicy,
+    discord_nonce,
+    is_transient_discord_fault,
+)
 from gateway.embeds import to_hikari_embed
 from gateway.memories import MemoryReader, MemorySource
 from gateway.metrics import EmbedFailure, GatewayMetrics
@@ -68,7 +73,7 @@ __all__ = [
     "detach_directory",
     "discord_nonce",
     "instance_name",
-    "is_transient",
+    "is_transient_discord_fault",
     "member_row",
     "open_sender",
     "render_embed",

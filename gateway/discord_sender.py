@@ -35,7 +35,7 @@ from gateway.metrics import EmbedFailure, GatewayMetrics
 from infra.observability import tracing
 from infra.observability.logs import get_logger
 
-__all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient"]
+__all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient_discord_fault"]
 
 log = get_logger(__name__)
 
@@ -59,7 +59,7 @@ def discord_nonce(event_id: uuid.UUID) -> str:
     return event_id.hex[:_NONCE_LENGTH]
 
 
-def is_transient(error: BaseException) -> bool:
+def is_transient_discord_fault(error: BaseException) -> bool:
     """True for failures that may pass: server errors, timeouts, connection errors."""
     if isinstance(error, hikari.RateLimitTooLongError):
         return False  # waiting here longer than hikari's own limit helps no one: requeue
@@ -129,7 +129,7 @@ class DiscordSender:
             )
             return Delivery.DROPPED
         except Exception as error:
-            if not is_transient(error) and not isinstance(
+            if not is_transient_discord_fault(error) and not isinstance(
                 error, hikari.RateLimitTooLongError | hikari.ComponentStateConflictError
             ):
                 raise
@@ -157,7 +157,7 @@ class DiscordSender:
             stop=stop_after_delay(policy.retry_for_s),
             wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s)
             + wait_random(0, policy.first_wait_s),
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(is_transient_discord_fault),
             before_sleep=before_sleep,
             reraise=True,
         )

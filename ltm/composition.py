@@ -16,8 +16,17 @@ from infra.observability.metrics import serve_metrics
 from infra.settings import Settings
 from infra.storage.engine import create_engine
 from worker.adapters.memory_store import MemoryStore
+from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxStore
+from worker.batching import CallBatcher, GroupCommit
 from worker.runtime import Worker
+from worker.runtime.batch_runner import BatchRunner
+from worker.runtime.connection import Links
+from worker.runtime.delivery import DeliveryHandler
+from worker.runtime.hooks import FailpointHooks, Hooks, MetricsHooks, TracingHooks
+from worker.runtime.outbox_relay import OutboxRelay
+from worker.runtime.ports import Outbox
+from worker.runtime.retry import shared_by_the_batch
 
 __all__ = ["build_worker", "declare_topology", "migrate", "run_worker"]
 
@@ -40,13 +49,44 @@ def migrate(settings: Settings, *, roles: bool) -> int:
     return 0
 
 
-def build_worker(settings: Settings) -> Worker:
+# Marking rows published delays only the ack, not the result. Under load the next batch's
+# transaction marks them before this runs out; when idle, one UPDATE marks all that came.
+_MARK_LINGER_S = 0.05
+
+
+def build_worker(
+    settings: Settings, metrics: WorkerMetrics, *, outbox: Outbox | None = None
+) -> Worker:
+    """The worker and every part of it, on one engine; `outbox`: another outbox than the
+    worker's database's (a test's that holds the marks)."""
     engine = create_engine(
         settings.sqlalchemy_url,
         pool_size=settings.db_pool_size,
         lock_timeout_s=settings.db_lock_timeout_s,
     )
-    return Worker(settings=settings, store=MemoryStore(engine), outbox=OutboxStore(engine))
+    store = MemoryStore(engine)
+    outbox = outbox or OutboxStore(engine)
+    links = Links()
+    published = GroupCommit(outbox.mark_published, linger_s=_MARK_LINGER_S)
+    batches = BatchRunner(settings, store, metrics, published)
+    batcher = CallBatcher(
+        batches.run,
+        max_batch=settings.max_batch,
+        concurrency=min(settings.batch_concurrency, settings.db_pool_size),
+        shared_fault=shared_by_the_batch,
+    )
+    hooks = Hooks(TracingHooks(settings.topology), MetricsHooks(metrics), FailpointHooks())
+    deliveries = DeliveryHandler(settings, links, hooks=hooks, batcher=batcher, published=published)
+    metrics.in_flight.set_function(lambda: len(deliveries.in_flight))
+    relay = OutboxRelay(settings, outbox, links, metrics)
+    return Worker(
+        settings=settings,
+        store=store,
+        links=links,
+        batcher=batcher,
+        deliveries=deliveries,
+        relay=relay,
+    )
 
 
 def _stop_on_signals(worker: Worker) -> None:
@@ -79,11 +119,12 @@ async def declare_topology(settings: Settings) -> int:
 
 
 async def run_worker(settings: Settings) -> int:
-    worker = build_worker(settings)
+    metrics = WorkerMetrics()
+    worker = build_worker(settings, metrics)
     metrics_runner = None
     if settings.metrics_port:
         metrics_runner = await serve_metrics(
-            worker.metrics.registry,
+            metrics.registry,
             host=settings.metrics_host,
             port=settings.metrics_port,
             ready=lambda: worker.ready,

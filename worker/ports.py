@@ -1,10 +1,12 @@
-"""What the service layer needs from the outside, declared beside it as protocols.
+"""What the service layer needs from the database, declared beside it as protocols: the unit
+of work of a batch of tool calls, its repositories, and the store that opens it.
 
-`worker.service` and the tools' pipelines (`worker.tools`) depend on these alone; the
-adapters implement them (`worker.adapters.tool_call_transaction`, `memory_store`, `broker`),
-and the composition root (`worker.bootstrap`) wires the concrete ones. Unit tests pass fakes
-that implement them. The values they exchange are the core's (`worker.core.records`,
-`worker.core.outgoing`).
+`worker.service` and the tools' pipelines (`worker.tools`) depend on these alone. The
+repositories are implemented each by the adapter module that owns its SQL
+(`worker.adapters.inbox`, `members`, `memory_writes`, `memory_creations`, `outbox`), the unit
+of work and its store by `worker.adapters.memory_store`; the composition root
+(`ltm.composition`) wires the concrete ones. Unit tests pass fakes that implement them. The
+values they exchange are the core's (`worker.core.records`, `worker.core.outgoing`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from contracts import Event, ToolCallCompleted, ToolCallRequested
+from contracts import ToolCallCompleted, ToolCallRequested
 from worker.core.create import ScopeKey
 from worker.core.model import (
     DirectoryMember,
@@ -26,20 +28,35 @@ from worker.core.model import (
 from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents
 from worker.core.records import Claim, LockedScopes, PlannedCreation, PlannedWrite
 
-__all__ = ["Publisher", "ToolCallStore", "ToolCallTransaction"]
+__all__ = [
+    "Inbox",
+    "Members",
+    "MemoryWrites",
+    "OutboxMarks",
+    "ScopeCreations",
+    "ToolCallStore",
+    "ToolCallTransaction",
+]
 
 
-class ToolCallTransaction(Protocol):
-    """One transaction for a batch of tool calls: every read and write of the pipeline.
-
-    Writes are sent with the commit where they can be (`create`, `finish`): their errors are
-    the commit's, raised when the transaction ends.
-    """
+class Inbox(Protocol):
+    """The calls' inbox: each claimed once, answered once, its answer kept for a repeat."""
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
-        """Records each call in the inbox, with the server's state it runs in; a call whose
-        id has a record comes back with that record instead. Ids are distinct."""
+        """Records each call, with the server's state it runs in; a call whose id has a
+        record comes back with that record instead. Ids are distinct."""
         ...
+
+    async def finish(
+        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
+    ) -> list[OutboxRow]:
+        """Records the answers and queues the events; the rows come back in `events`' order.
+        Sent with the commit: its errors are the commit's."""
+        ...
+
+
+class Members(Protocol):
+    """Who a call's names are resolved among."""
 
     async def load_directory(self, server_id: int) -> list[DirectoryMember]:
         """The server's current members."""
@@ -53,6 +70,10 @@ class ToolCallTransaction(Protocol):
         """The user's `users` row, and whether they are excluded in the server."""
         ...
 
+
+class MemoryWrites(Protocol):
+    """Changes and deletions of existing memories (the update tool's)."""
+
     async def apply(
         self, writes: Sequence[PlannedWrite]
     ) -> list[WrittenMemory | ForbiddenWrite | None]:
@@ -64,27 +85,50 @@ class ToolCallTransaction(Protocol):
         """Whether the id names a memory of the other scope that this call could reach."""
         ...
 
-    async def lock_scopes(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
+
+class ScopeCreations(Protocol):
+    """New memories in their scopes (the create tool's): the scopes locked, then added to."""
+
+    async def lock(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
         """Locks the scopes, then reads them, their owners and `new_ids` pairs of ids."""
         ...
 
-    async def create(self, creations: Sequence[PlannedCreation]) -> None:
-        """Inserts the new memories with their revisions."""
+    async def add(self, creations: Sequence[PlannedCreation]) -> None:
+        """Inserts the new memories with their revisions. Sent with the commit: its errors
+        are the commit's."""
         ...
 
-    async def finish(
-        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
-    ) -> list[OutboxRow]:
-        """Records the results and queues the events; the rows come back in `events`' order."""
-        ...
+
+class OutboxMarks(Protocol):
+    """The outbox, as a batch's transaction touches it."""
 
     async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
         """Outbox rows the broker confirmed since they were queued: marked in this commit."""
         ...
 
 
+class ToolCallTransaction(Protocol):
+    """The unit of work of a batch of tool calls: one transaction, every read and write of
+    the pipeline through its repositories, committed as a block."""
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    @property
+    def members(self) -> Members: ...
+
+    @property
+    def memories(self) -> MemoryWrites: ...
+
+    @property
+    def scopes(self) -> ScopeCreations: ...
+
+    @property
+    def outbox(self) -> OutboxMarks: ...
+
+
 class ToolCallStore(Protocol):
-    """Opens the transactions of batches of tool calls."""
+    """Opens the units of work of batches of tool calls."""
 
     def transaction(
         self, traceparents: Traceparents | None = None
@@ -93,18 +137,6 @@ class ToolCallStore(Protocol):
         the calls' trace contexts, for their outbox rows."""
         ...
 
-
-class Publisher(Protocol):
-    """Sends events to the broker after their transaction committed, each confirmed."""
-
-    async def publish_rows(self, rows: Sequence[OutboxRow], *, in_call: bool = False) -> None:
-        """The outbox rows, all confirmed when it returns; raises if any was refused.
-        `in_call`: published within the span of the call that wrote them."""
-        ...
-
-    async def publish_event(
-        self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False
-    ) -> None:
-        """An event the database could not hold (or holds already: `replayed`, an answer
-        repeated from the idempotency record), straight to the broker."""
+    async def close(self) -> None:
+        """Lets its connections go, for good."""
         ...

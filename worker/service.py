@@ -116,7 +116,7 @@ async def process_tool_calls(
         max_personal_memories=max_personal_memories,
     )
     tools = [_tool(call) for call in calls]
-    claims = await tx.claim(calls)
+    claims = await tx.inbox.claim(calls)
     decided: dict[int, ResultAndEvents] = {}
     # By tool, not by name (a tool's old name shares its calls' run), in the registry's
     # order, whatever order the calls came in.
@@ -134,7 +134,7 @@ async def process_tool_calls(
     in_order = [decided[position] for position in sorted(decided)]
     results = [done.result for done in in_order]
     events = [event for done in in_order for event in done.events]
-    rows = await tx.finish(results, events) if results else []
+    rows = await tx.inbox.finish(results, events) if results else []
 
     # `finish` returns the rows in the order of `events`: each call's come together.
     processed: list[Processed] = []

@@ -103,8 +103,9 @@ class EventPublisher:
         return cls(confirming, topology, refused_retry_s=refused_retry_s)
 
     @property
-    def channel(self) -> AbstractChannel:
-        return self._confirming.channel
+    def closed(self) -> bool:
+        """Whether its channel is gone (the connection is being replaced)."""
+        return self._confirming.channel.is_closed
 
     @property
     def renewals(self) -> int:

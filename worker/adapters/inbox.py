@@ -1,5 +1,6 @@
 """`tool_call_inbox`: a batch's calls claimed, each answered once, and the answer repeated
-to a call whose id has a record (the idempotency of tool calls).
+to a call whose id has a record (the idempotency of tool calls). `PostgresInbox` implements
+`worker.ports.Inbox`.
 
 The batch's last statement (`FINISH`) stores the answers and queues the events in the outbox
 together, so that it goes with COMMIT in one round trip.
@@ -31,10 +32,9 @@ from worker.core.records import Claim, StoredResult
 __all__ = [
     "CLAIM",
     "FINISH",
+    "PostgresInbox",
     "answers_params",
-    "claim",
     "claim_params",
-    "finish",
     "stored_results",
 ]
 
@@ -98,26 +98,51 @@ FINISH: Final = psycopg_sql(
 )
 
 
-async def claim(
-    cursor: psycopg.AsyncCursor[Any], calls: Sequence[ToolCallRequested]
-) -> list[Claim]:
-    """Writes the inbox rows first, with each call's fingerprint; calls whose id has a
-    record come back with it (the record's result and the fingerprint of its call).
+class PostgresInbox:
+    """The inbox on a batch's cursor; `traceparents`: the trace context of each call (by
+    tool_call_id), kept with its events."""
 
-    The tool_call_ids of `calls` are distinct.
-    """
-    rows = await fetch_all(cursor, CLAIM, claim_params(calls))
-    by_id = {row.tool_call_id: row for row in rows}
-    answered_before = [call.tool_call_id for call in calls if not by_id[call.tool_call_id].claimed]
-    stored = await stored_results(cursor, answered_before) if answered_before else {}
-    claims = []
-    for call in calls:
-        row = by_id[call.tool_call_id]
-        if not row.claimed:
-            claims.append(Claim(stored=stored[call.tool_call_id], state=None))
-            continue
-        claims.append(Claim(stored=None, state=_server_state(row)))
-    return claims
+    __slots__ = ("_cursor", "_traceparents")
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Any], traceparents: Traceparents) -> None:
+        self._cursor = cursor
+        self._traceparents = traceparents
+
+    async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
+        """Writes the inbox rows first, with each call's fingerprint; calls whose id has a
+        record come back with it (the record's result and the fingerprint of its call).
+
+        The tool_call_ids of `calls` are distinct.
+        """
+        cursor = self._cursor
+        rows = await fetch_all(cursor, CLAIM, claim_params(calls))
+        by_id = {row.tool_call_id: row for row in rows}
+        answered_before = [
+            call.tool_call_id for call in calls if not by_id[call.tool_call_id].claimed
+        ]
+        stored = await stored_results(cursor, answered_before) if answered_before else {}
+        claims = []
+        for call in calls:
+            row = by_id[call.tool_call_id]
+            if not row.claimed:
+                claims.append(Claim(stored=stored[call.tool_call_id], state=None))
+                continue
+            claims.append(Claim(stored=None, state=_server_state(row)))
+        return claims
+
+    async def finish(
+        self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
+    ) -> list[OutboxRow]:
+        """Stores the results for idempotency and queues the events, in this transaction.
+
+        Sent, not awaited: the statement goes with COMMIT, and its errors are the commit's.
+        """
+        bodies = [encode_event(outgoing.event) for outgoing in events]
+        traceparents = self._traceparents
+        await self._cursor.execute(
+            FINISH, {**events_params(events, bodies, traceparents), **answers_params(results)}
+        )
+        return outbox_rows(events, bodies, traceparents)
 
 
 def _server_state(row: Any) -> ServerState | None:
@@ -158,23 +183,6 @@ async def stored_results(
             fingerprint=row.fingerprint,
         )
     return found
-
-
-async def finish(
-    cursor: psycopg.AsyncCursor[Any],
-    results: Sequence[ToolCallCompleted],
-    events: Sequence[OutgoingEvent],
-    traceparents: Traceparents,
-) -> list[OutboxRow]:
-    """Stores the results for idempotency and queues the events, in this transaction.
-
-    Sent, not awaited: the statement goes with COMMIT, and its errors are the commit's.
-    """
-    bodies = [encode_event(outgoing.event) for outgoing in events]
-    await cursor.execute(
-        FINISH, {**events_params(events, bodies, traceparents), **answers_params(results)}
-    )
-    return outbox_rows(events, bodies, traceparents)
 
 
 # Batches travel as one JSON parameter each (json_to_recordset): encoding and parsing JSON is

@@ -1,5 +1,6 @@
 """The create tool's writes: a batch's scopes locked and read with ids for its new
-memories, then the memories inserted with their `created` revisions."""
+memories, then the memories inserted with their `created` revisions.
+`PostgresScopeCreations` implements `worker.ports.ScopeCreations`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from infra.storage.revisions import REVISION_INSERT_WITH_ID
 from worker.core.create import ExistingMemory, ScopeKey
 from worker.core.records import LockedOwner, LockedScopes, PlannedCreation
 
-__all__ = ["create", "creations_params", "lock_scopes", "scopes_params"]
+__all__ = ["PostgresScopeCreations", "creations_params", "scopes_params"]
 
 # The create tool's race freedom (docs/behaviour.md, create step 7): a creation locks its scope's
 # anchor row (the server, or the owner's users row) before its scope is read, so that two
@@ -106,46 +107,51 @@ _CREATE: Final = psycopg_sql(
 )
 
 
-async def lock_scopes(
-    connection: psycopg.AsyncConnection[Any], scopes: Sequence[ScopeKey], *, new_ids: int
-) -> LockedScopes:
-    """Locks the scopes' anchors, then reads the scopes, their owners and `new_ids` pairs of
-    ids: four statements in one round trip (pipelined), each read after the locks."""
-    server_ids = sorted({key.server_id for key in scopes if key.server_id is not None})
-    owner_ids = sorted({key.owner_disc_id for key in scopes if key.owner_disc_id is not None})
-    if server_ids:
-        await named_cursor(connection).execute(_LOCK_SERVERS, {"server_ids": server_ids})
-    owners_read = named_cursor(connection)
-    if owner_ids:
-        await owners_read.execute(_LOCK_OWNERS, {"owner_disc_ids": owner_ids})
-    contents_read = named_cursor(connection)
-    await contents_read.execute(_SCOPE_CONTENTS, scopes_params(scopes))
-    ids_read = named_cursor(connection)
-    await ids_read.execute(_NEW_IDS, {"count": new_ids})
+class PostgresScopeCreations:
+    """The create tool's writes, on a batch's connection (each read a cursor of its own, all
+    four in one round trip)."""
 
-    owners = {
-        row.user_disc_id: LockedOwner(
-            user_id=row.user_id,
-            user_disc_id=row.user_disc_id,
-            privacy_level=row.privacy_level,
-            blacklisted_in=frozenset(row.blacklisted_in),
-        )
-        for row in (await owners_read.fetchall() if owner_ids else [])
-    }
-    contents: dict[ScopeKey, list[ExistingMemory]] = {key: [] for key in scopes}
-    for row in await contents_read.fetchall():
-        contents[scopes[row.ord]].append(ExistingMemory(row.memory_id, row.content))
-    pairs = [(row.memory_id, row.revision_id) for row in await ids_read.fetchall()]
-    return LockedScopes(owners=owners, contents=contents, new_ids=pairs)
+    __slots__ = ("_connection",)
 
+    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self._connection = connection
 
-async def create(
-    connection: psycopg.AsyncConnection[Any], creations: Sequence[PlannedCreation]
-) -> None:
-    """Inserts the new memories with their revisions. Sent, not awaited: it goes with
-    COMMIT, and its errors are the commit's."""
-    if creations:
-        await named_cursor(connection).execute(_CREATE, creations_params(creations))
+    async def lock(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
+        """Locks the scopes' anchors, then reads the scopes, their owners and `new_ids` pairs
+        of ids: four statements in one round trip (pipelined), each read after the locks."""
+        connection = self._connection
+        server_ids = sorted({key.server_id for key in scopes if key.server_id is not None})
+        owner_ids = sorted({key.owner_disc_id for key in scopes if key.owner_disc_id is not None})
+        if server_ids:
+            await named_cursor(connection).execute(_LOCK_SERVERS, {"server_ids": server_ids})
+        owners_read = named_cursor(connection)
+        if owner_ids:
+            await owners_read.execute(_LOCK_OWNERS, {"owner_disc_ids": owner_ids})
+        contents_read = named_cursor(connection)
+        await contents_read.execute(_SCOPE_CONTENTS, scopes_params(scopes))
+        ids_read = named_cursor(connection)
+        await ids_read.execute(_NEW_IDS, {"count": new_ids})
+
+        owners = {
+            row.user_disc_id: LockedOwner(
+                user_id=row.user_id,
+                user_disc_id=row.user_disc_id,
+                privacy_level=row.privacy_level,
+                blacklisted_in=frozenset(row.blacklisted_in),
+            )
+            for row in (await owners_read.fetchall() if owner_ids else [])
+        }
+        contents: dict[ScopeKey, list[ExistingMemory]] = {key: [] for key in scopes}
+        for row in await contents_read.fetchall():
+            contents[scopes[row.ord]].append(ExistingMemory(row.memory_id, row.content))
+        pairs = [(row.memory_id, row.revision_id) for row in await ids_read.fetchall()]
+        return LockedScopes(owners=owners, contents=contents, new_ids=pairs)
+
+    async def add(self, creations: Sequence[PlannedCreation]) -> None:
+        """Inserts the new memories with their revisions. Sent, not awaited: it goes with
+        COMMIT, and its errors are the commit's."""
+        if creations:
+            await named_cursor(self._connection).execute(_CREATE, creations_params(creations))
 
 
 def scopes_params(scopes: Sequence[ScopeKey]) -> dict[str, str]:

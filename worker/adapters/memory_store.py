@@ -1,5 +1,8 @@
-"""The pipeline's database: one transaction per batch of tool calls, on connections kept
-between transactions, with BEGIN and COMMIT sent alongside the batch's statements."""
+"""The pipeline's database: one unit of work per batch of tool calls, on connections kept
+between transactions, with BEGIN and COMMIT sent alongside the batch's statements.
+
+`MemoryStore` implements `worker.ports.ToolCallStore`, `PostgresUnitOfWork`
+`worker.ports.ToolCallTransaction`."""
 
 from __future__ import annotations
 
@@ -13,10 +16,16 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
-from worker.core.outgoing import Traceparents
+from infra.storage.engine import named_cursor
+from worker.adapters.inbox import PostgresInbox
+from worker.adapters.members import PostgresMembers
+from worker.adapters.memory_creations import PostgresScopeCreations
+from worker.adapters.memory_writes import PostgresMemoryWrites
+from worker.adapters.outbox import PostgresOutboxMarks
+from worker.core.outgoing import UNTRACED, Traceparents
+from worker.ports import Inbox, Members, MemoryWrites, OutboxMarks, ScopeCreations
 
-__all__ = ["MemoryStore", "pipelined_transaction"]
+__all__ = ["MemoryStore", "PostgresUnitOfWork", "pipelined_transaction"]
 
 _BEGIN: Final = "BEGIN"
 _COMMIT: Final = "COMMIT"
@@ -24,6 +33,26 @@ _ROLLBACK: Final = "ROLLBACK"
 
 # A held connection goes back to the pool after this long, as the pool's own recycling would.
 _HELD_FOR_S: Final = 1800.0
+
+
+class PostgresUnitOfWork:
+    """A batch's repositories on one connection in a transaction; all but the create tool's
+    share one cursor (the create tool's reads each take one of their own, pipelined).
+
+    `traceparents`: the trace context of each call (by tool_call_id), kept with its events.
+    """
+
+    __slots__ = ("inbox", "members", "memories", "outbox", "scopes")
+
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], traceparents: Traceparents | None = None
+    ) -> None:
+        cursor: psycopg.AsyncCursor[Any] = named_cursor(connection)
+        self.inbox: Inbox = PostgresInbox(cursor, traceparents or UNTRACED)
+        self.members: Members = PostgresMembers(cursor)
+        self.memories: MemoryWrites = PostgresMemoryWrites(cursor)
+        self.scopes: ScopeCreations = PostgresScopeCreations(connection)
+        self.outbox: OutboxMarks = PostgresOutboxMarks(cursor)
 
 
 @dataclass(slots=True)
@@ -36,7 +65,7 @@ class _HeldConnection:
 
 
 class MemoryStore:
-    """The database of the pipeline: hands out one transaction per batch of tool calls.
+    """The database of the pipeline: hands out one unit of work per batch of tool calls.
 
     Between transactions it keeps its connections out of the pool: a checkout and a return
     each, and the switch to autocommit and back, cost more than the rest of a one-call
@@ -51,11 +80,11 @@ class MemoryStore:
     @asynccontextmanager
     async def transaction(
         self, traceparents: Traceparents | None = None
-    ) -> AsyncIterator[PostgresToolCallTransaction]:
+    ) -> AsyncIterator[PostgresUnitOfWork]:
         """Commits when the block ends normally, rolls back when it raises; `traceparents`:
         the calls' trace contexts, for their outbox rows."""
         async with self.driver_transaction() as connection:
-            yield PostgresToolCallTransaction(connection, traceparents)
+            yield PostgresUnitOfWork(connection, traceparents)
 
     @asynccontextmanager
     async def driver_transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -91,6 +120,7 @@ class MemoryStore:
             await _let_go(self._idle.pop())
 
     async def close(self) -> None:
+        """Gives the kept connections back, then closes the pool."""
         await self.release()
         await self.engine.dispose()
 

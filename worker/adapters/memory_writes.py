@@ -1,5 +1,6 @@
 """The update tool's writes: a batch's changes and deletions of memories, each with its
-revision, and whether a memory id that matched nothing names one of the other scope."""
+revision, and whether a memory id that matched nothing names one of the other scope.
+`PostgresMemoryWrites` implements `worker.ports.MemoryWrites`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from infra.storage.revisions import REVISION_INSERT
 from worker.core.model import ForbiddenWrite, MemoryWrite, WrittenMemory
 from worker.core.records import PlannedWrite
 
-__all__ = ["APPLY", "apply", "apply_params", "in_other_scope", "write_waves"]
+__all__ = ["APPLY", "PostgresMemoryWrites", "apply_params", "write_waves"]
 
 # The writes of a batch, each matched by its whole scope and changed in this one statement,
 # with its revision row. Rows are locked in id order (no deadlock between two workers'
@@ -132,50 +133,55 @@ _SERVER_MEMORY_WITHIN_REACH: Final = psycopg_sql(
 )
 
 
-async def apply(
-    cursor: psycopg.AsyncCursor[Any], writes: Sequence[PlannedWrite]
-) -> list[WrittenMemory | ForbiddenWrite | None]:
-    """The scoped writes and their revision rows; None where no memory matched, and
-    ForbiddenWrite where the edit policy kept the matched memory from the actor."""
-    written: list[WrittenMemory | ForbiddenWrite | None] = [None] * len(writes)
-    for wave in write_waves(writes):
-        rows = await fetch_all(cursor, APPLY, apply_params(writes, wave))
-        position_of = {writes[position].tool_call_id: position for position in wave}
-        for row in rows:
-            if row.revision_id is None:
-                written[position_of[row.tool_call_id]] = ForbiddenWrite()
-                continue
-            written[position_of[row.tool_call_id]] = WrittenMemory(
-                revision_id=row.revision_id,
-                content_before=row.content_before,
-                persona_lineage_id=row.persona_lineage_id,
+class PostgresMemoryWrites:
+    """The update tool's writes, on a batch's cursor."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+        self._cursor = cursor
+
+    async def apply(
+        self, writes: Sequence[PlannedWrite]
+    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+        """The scoped writes and their revision rows; None where no memory matched, and
+        ForbiddenWrite where the edit policy kept the matched memory from the actor."""
+        written: list[WrittenMemory | ForbiddenWrite | None] = [None] * len(writes)
+        for wave in write_waves(writes):
+            rows = await fetch_all(self._cursor, APPLY, apply_params(writes, wave))
+            position_of = {writes[position].tool_call_id: position for position in wave}
+            for row in rows:
+                if row.revision_id is None:
+                    written[position_of[row.tool_call_id]] = ForbiddenWrite()
+                    continue
+                written[position_of[row.tool_call_id]] = WrittenMemory(
+                    revision_id=row.revision_id,
+                    content_before=row.content_before,
+                    persona_lineage_id=row.persona_lineage_id,
+                )
+        return written
+
+    async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
+        """Whether the id names a memory of the other scope that this call could reach."""
+        if write.scope == "server_wide":
+            row = await fetch_one(
+                self._cursor,
+                _PERSONAL_MEMORY_WITHIN_REACH,
+                memory_id=write.memory_id,
+                persona_lineage_id=write.persona_lineage_id,
+                participant_ids=list(participant_ids),
+                server_id=write.server_id,
             )
-    return written
-
-
-async def in_other_scope(
-    cursor: psycopg.AsyncCursor[Any], write: MemoryWrite, *, participant_ids: Sequence[str]
-) -> bool:
-    """Whether the id names a memory of the other scope that this call could reach."""
-    if write.scope == "server_wide":
-        row = await fetch_one(
-            cursor,
-            _PERSONAL_MEMORY_WITHIN_REACH,
-            memory_id=write.memory_id,
-            persona_lineage_id=write.persona_lineage_id,
-            participant_ids=list(participant_ids),
-            server_id=write.server_id,
-        )
-    else:
-        row = await fetch_one(
-            cursor,
-            _SERVER_MEMORY_WITHIN_REACH,
-            memory_id=write.memory_id,
-            server_id=write.server_id,
-            persona_lineage_id=write.persona_lineage_id,
-        )
-    assert row is not None  # SELECT EXISTS returns one row
-    return bool(row[0])
+        else:
+            row = await fetch_one(
+                self._cursor,
+                _SERVER_MEMORY_WITHIN_REACH,
+                memory_id=write.memory_id,
+                server_id=write.server_id,
+                persona_lineage_id=write.persona_lineage_id,
+            )
+        assert row is not None  # SELECT EXISTS returns one row
+        return bool(row[0])
 
 
 def write_waves(writes: Sequence[PlannedWrite]) -> list[list[int]]:

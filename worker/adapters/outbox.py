@@ -4,6 +4,10 @@ Rows are published with confirms right after the commit, marked published, and s
 any worker when a crash or a lost broker left them behind. A row keeps the trace context of
 the call that made it (`traceparent`, while tracing is on), so that its publish, however late
 and by whichever worker, belongs to that call's trace.
+
+`PostgresOutboxMarks` is the outbox as a batch's transaction marks it
+(`worker.ports.OutboxMarks`); `OutboxStore`, on its own transactions, is the relay's
+(`worker.runtime.ports.Outbox`).
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 import orjson
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts import encode_event
+from infra.storage.engine import psycopg_sql
 from worker.core.outgoing import (
     UNTRACED,
     OutboxRow,
@@ -30,7 +37,9 @@ from worker.core.outgoing import (
 __all__ = [
     "MARK_PUBLISHED",
     "OUTBOX_INSERT",
+    "LockedRows",
     "OutboxStore",
+    "PostgresOutboxMarks",
     "events_params",
     "queue_events",
 ]
@@ -98,9 +107,10 @@ _UNPUBLISHED: Final = text(
     """
 )
 
-# Public: the pipeline's transaction marks its earlier rows with it, compiled for psycopg.
+# Public: the bench runs it as the batch's transaction does.
 MARK_PUBLISHED: Final = "UPDATE outbox SET published_at = now() WHERE event_id = ANY(:event_ids)"
 _MARK_PUBLISHED: Final = text(MARK_PUBLISHED)
+_MARK_PUBLISHED_PSYCOPG: Final = psycopg_sql(MARK_PUBLISHED)
 
 _PURGE_PUBLISHED: Final = text(
     """
@@ -112,6 +122,32 @@ _PURGE_PUBLISHED: Final = text(
 _BACKLOG: Final = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
 
 
+class PostgresOutboxMarks:
+    """Earlier calls' rows, confirmed by the broker since, marked on a batch's cursor."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+        self._cursor = cursor
+
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
+        """Marked in this commit."""
+        if event_ids:
+            await self._cursor.execute(_MARK_PUBLISHED_PSYCOPG, {"event_ids": list(event_ids)})
+
+
+@dataclass(frozen=True, slots=True)
+class LockedRows:
+    """Rows left unpublished, locked in their transaction until they are marked."""
+
+    rows: list[OutboxRow]
+    connection: AsyncConnection
+
+    async def mark_published(self) -> None:
+        """Every row of the batch, published or expired, in its transaction."""
+        await _mark_published_in(self.connection, [row.event_id for row in self.rows])
+
+
 class OutboxStore:
     """The outbox's rows: marked published after the broker's confirm, swept after a crash."""
 
@@ -121,12 +157,10 @@ class OutboxStore:
     async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
         if event_ids:
             async with self.engine.begin() as connection:
-                await self.mark_published_in(connection, event_ids)
+                await _mark_published_in(connection, event_ids)
 
     @asynccontextmanager
-    async def unpublished(
-        self, *, limit: int, min_age_s: float
-    ) -> AsyncIterator[tuple[list[OutboxRow], AsyncConnection]]:
+    async def unpublished(self, *, limit: int, min_age_s: float) -> AsyncIterator[LockedRows]:
         """Locks a batch of rows left unpublished; the caller publishes, then marks them.
 
         Rows younger than `min_age_s` belong to a worker that is publishing them right now.
@@ -149,14 +183,7 @@ class OutboxStore:
                 )
                 for row in result
             ]
-            yield rows, connection
-
-    @staticmethod
-    async def mark_published_in(
-        connection: AsyncConnection, event_ids: Sequence[uuid.UUID]
-    ) -> None:
-        if event_ids:
-            await connection.execute(_MARK_PUBLISHED, {"event_ids": list(event_ids)})
+            yield LockedRows(rows, connection)
 
     async def purge_published(self, *, age_s: float) -> int:
         async with self.engine.begin() as connection:
@@ -166,3 +193,8 @@ class OutboxStore:
     async def backlog(self) -> int:
         async with self.engine.connect() as connection:
             return int((await connection.execute(_BACKLOG)).scalar_one())
+
+
+async def _mark_published_in(connection: AsyncConnection, event_ids: Sequence[uuid.UUID]) -> None:
+    if event_ids:
+        await connection.execute(_MARK_PUBLISHED, {"event_ids": list(event_ids)})

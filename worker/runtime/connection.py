@@ -23,8 +23,9 @@ from infra.observability.logs import get_logger
 from infra.redaction import mask_passwords
 from infra.settings import Settings
 from worker.adapters.broker import EventPublisher, ShardQueues
+from worker.runtime.ports import Publisher, ReplyQueues
 
-__all__ = ["Links", "Session", "connect", "open_session", "pause"]
+__all__ = ["Links", "WorkQueueConsumer", "connect", "pause", "start_consuming"]
 
 log = get_logger("ltm.worker")
 
@@ -36,18 +37,18 @@ _RECONNECT_MAX_S: Final = 5.0
 class Links:
     """What publishes on the current connection; None between connections."""
 
-    publisher: EventPublisher | None = None
-    shard_queues: ShardQueues | None = None
+    publisher: Publisher | None = None
+    shard_queues: ReplyQueues | None = None
 
-    def both(self) -> tuple[EventPublisher, ShardQueues]:
+    def both(self) -> tuple[Publisher, ReplyQueues]:
         assert self.publisher is not None and self.shard_queues is not None
         return self.publisher, self.shard_queues
 
 
 @dataclass(frozen=True)
-class Session:
-    """One connection's consumer: its raw channel, consumer tag, and an event set when the
-    broker closes the connection or one of its channels."""
+class WorkQueueConsumer:
+    """One connection's consumer of the work queue: its raw channel, consumer tag, and an
+    event set when the broker closes the connection or one of its channels."""
 
     consuming: aiormq.abc.AbstractChannel
     tag: str
@@ -81,13 +82,13 @@ async def connect(
     return None
 
 
-async def open_session(
+async def start_consuming(
     connection: AbstractConnection,
     settings: Settings,
     topology: Topology,
     links: Links,
     on_delivery: Callable[[DeliveredMessage], Coroutine[Any, Any, None]],
-) -> Session:
+) -> WorkQueueConsumer:
     """Declares the topology, opens the publisher (into `links`) and consumes the work queue."""
     setup = await connection.channel()
     await declare_topology(setup, topology)
@@ -108,4 +109,4 @@ async def open_session(
     tag = (await consuming.basic_consume(topology.worker_queue, on_delivery)).consumer_tag
     assert tag is not None
     log.info("worker.consuming", queue=topology.worker_queue, prefetch=settings.prefetch)
-    return Session(consuming, tag, lost)
+    return WorkQueueConsumer(consuming, tag, lost)

@@ -1,48 +1,52 @@
 """One delivered tool call: admitted, decoded, handed to the batcher, answered, settled.
 
-Settling comes last, through `infra.messaging.settlement`: a crash anywhere before it redelivers the
-call, and the idempotency record turns the second run into a repeat of the stored answer
-(docs/architecture.md, crash table).
+`handle` is the decision flow and says what became of the delivery (an
+`infra.messaging.settlement.Outcome`); `on_delivery` settles it, the one place that does.
+Settling comes last: a crash anywhere before it redelivers the call, and the idempotency
+record turns the second run into a repeat of the stored answer (docs/architecture.md, crash
+table). Metrics, tracing and failpoints hang on the points of `worker.runtime.hooks`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import structlog
 from aiormq.abc import DeliveredMessage
 
-from contracts import (
-    InvalidEnvelope,
-    ToolCallRequested,
-    Topology,
-    decode_tool_call,
-    result_routing_key,
-)
+from contracts import InvalidEnvelope, ToolCallRequested, decode_tool_call, result_routing_key
 from infra.messaging.settlement import Outcome, settle_delivered
 from infra.observability import tracing
 from infra.observability.logs import get_logger
 from infra.settings import Settings
-from worker import failpoints
 from worker.adapters.broker import dead_letter_ids
-from worker.adapters.metrics import WorkerMetrics
 from worker.batching import CallBatcher, GroupCommit
 from worker.core.admission import refusal
-from worker.core.model import Rejection
+from worker.runtime.batch_runner import Submitted
 from worker.runtime.connection import Links
-from worker.runtime.pipeline import Submitted
-from worker.runtime.retry import is_transient
+from worker.runtime.hooks import DeliveryHooks
+from worker.runtime.retry import is_transient_database_fault
 from worker.service import Processed
-from worker.tools.base import result_for
+from worker.tools.base import Tool, result_for
 from worker.tools.registry import tool_for
 
-__all__ = ["DeliveryHandler"]
+__all__ = ["DeliveryHandler", "Handled"]
 
 log = get_logger("ltm.worker")
+
+
+class Handled(NamedTuple):
+    """What became of a delivery, and what the hooks are told of it once it is acked."""
+
+    outcome: Outcome
+    processed: Processed | None = None  # answered: the call's result
+    cause: str | None = None  # dead-lettered: why, as the metrics label it
+
+
+_REDELIVER: Final = Handled(Outcome.REDELIVER)
 
 
 class DeliveryHandler:
@@ -51,57 +55,76 @@ class DeliveryHandler:
     def __init__(
         self,
         settings: Settings,
-        topology: Topology,
         links: Links,
         *,
-        metrics: WorkerMetrics,
+        hooks: DeliveryHooks,
         batcher: CallBatcher[Submitted, Processed],
         published: GroupCommit[uuid.UUID],
     ) -> None:
         self._settings = settings
-        self._topology = topology
         self._links = links
-        self._metrics = metrics
+        self._hooks = hooks
         self._batcher = batcher
         self._published = published
         self._reply_ttl_ms = settings.reply_ttl_s * 1000
         self.in_flight: set[asyncio.Task[Any]] = set()
 
     async def on_delivery(self, message: DeliveredMessage) -> None:
+        """Handles the delivery, then settles it as `handle` says: the one place that does."""
         task = asyncio.current_task()
         assert task is not None
         self.in_flight.add(task)
         delivered_at = time.perf_counter()
         try:
-            properties = message.header.properties
-            event_id = properties.message_id
             with (
-                structlog.contextvars.bound_contextvars(event_id=event_id),
-                tracing.processing(
-                    headers=properties.headers,
-                    exchange=message.exchange,
-                    routing_key=message.routing_key,
-                    queue=self._topology.worker_queue,
-                    message_id=event_id,
-                    conversation_id=properties.correlation_id,
-                ) as span,
+                structlog.contextvars.bound_contextvars(
+                    event_id=message.header.properties.message_id
+                ),
+                self._hooks.processing(message),
             ):
                 try:
-                    await self._handle(message, delivered_at)
+                    handled = await self.handle(message, delivered_at)
                 except Exception as error:
                     # The answer, or the dead-letter copy, was not published (a connection
                     # lost, a publish refused): the call goes back and comes again. What
                     # committed waits in the outbox for the sweep; the redelivered call
                     # answers again from the stored result.
-                    log.warning("worker.call_left_for_redelivery", error=repr(error))
-                    tracing.failed(span, type(error).__qualname__, "left for redelivery")
-                    with contextlib.suppress(Exception):
-                        await settle_delivered(message, Outcome.REDELIVER)
+                    self._left_for_redelivery(error)
+                    handled = _REDELIVER
+                await self._settle(message, handled, delivered_at)
         finally:
             self.in_flight.discard(task)
 
-    async def _handle(self, message: DeliveredMessage, delivered_at: float) -> None:
-        """`delivered_at`: `time.perf_counter()` when the delivery came, for the latencies."""
+    async def _settle(
+        self, message: DeliveredMessage, handled: Handled, delivered_at: float
+    ) -> None:
+        """The delivery's one settlement, then what follows its ack."""
+        try:
+            await settle_delivered(message, handled.outcome)
+        except Exception as error:
+            # The channel is gone, and with it the delivery: the broker requeues it.
+            if handled is not _REDELIVER:
+                self._left_for_redelivery(error)
+            return
+        if handled is _REDELIVER:
+            return
+        self._hooks.after_ack(handled.outcome, delivered_at, handled.processed, handled.cause)
+        if handled.processed is not None:
+            result = handled.processed.result
+            log.info(
+                "worker.call_answered",
+                status=result.status.value,
+                replayed=handled.processed.replayed,
+                memory_id=result.data.memory_id,
+            )
+
+    def _left_for_redelivery(self, error: Exception) -> None:
+        log.warning("worker.call_left_for_redelivery", error=repr(error))
+        self._hooks.left_for_redelivery(error)
+
+    async def handle(self, message: DeliveredMessage, delivered_at: float) -> Handled:
+        """What becomes of the delivery; raises when its answer could not be published.
+        `delivered_at`: `time.perf_counter()` when the delivery came, for the latencies."""
         refused = refusal(
             user_id=message.header.properties.user_id,
             size=len(message.body),
@@ -109,68 +132,65 @@ class DeliveryHandler:
             max_bytes=self._settings.max_message_bytes,
         )
         if refused is not None:
-            await self._dead_letter(
-                message, refused.reason, refused.cause, delivered_at, read_body=False
-            )
-            return
+            return await self._dead_letter(message, refused.reason, refused.cause, read_body=False)
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:
-            reason = f"invalid envelope: {error}"
-            await self._dead_letter(message, reason, "invalid_envelope", delivered_at)
-            return
+            return await self._dead_letter(
+                message, f"invalid envelope: {error}", "invalid_envelope"
+            )
         # Bound until the delivery's task ends (each has a context of its own), so that the
         # caller's lines about this call carry its id too.
         structlog.contextvars.bind_contextvars(tool_call_id=call.tool_call_id)
-        if tool_for(call.tool_name) is None:
+        tool = tool_for(call.tool_name)
+        if tool is None:
             reason = f"unsupported tool {call.tool_name!r}: no pipeline of this worker takes it"
-            await self._dead_letter(message, reason, "unsupported_tool", delivered_at)
-            return
+            return await self._dead_letter(message, reason, "unsupported_tool")
         try:
             processed = await self._batcher.submit(
                 call.tool_call_id, Submitted(call, tracing.current_span())
             )
         except Exception as error:
-            await self._give_up(message, call, error, delivered_at)
-            return
-        await self._deliver(message, call, processed, delivered_at)
+            return await self._give_up(message, call, tool, error, delivered_at)
+        return await self._deliver(processed, delivered_at)
 
     async def _give_up(
         self,
         message: DeliveredMessage,
         call: ToolCallRequested,
+        tool: Tool,
         error: Exception,
         delivered_at: float,
-    ) -> None:
+    ) -> Handled:
         """The pipeline failed for good: the bot gets an error result, the call a dead letter."""
-        database_away = is_transient(error)
+        database_away = is_transient_database_fault(error)
         if database_away:
             log.error("worker.db_unavailable", error=repr(error))
             reason, cause = f"database unavailable: {error!r}", "db_error"
         else:
             log.exception("worker.pipeline_failed")
             reason, cause = f"internal error: {error!r}", "internal_error"
-        tool = tool_for(call.tool_name)
-        assert tool is not None
-        await self._answer_unrecorded(
-            call, tool.unrecorded(database_away=database_away), delivered_at
-        )
-        await self._dead_letter(message, reason, cause, delivered_at)
-
-    async def _deliver(
-        self,
-        message: DeliveredMessage,
-        call: ToolCallRequested,
-        processed: Processed,
-        delivered_at: float,
-    ) -> None:
-        """Publishes what committed, marks it, then acks; a failure leaves it to redelivery."""
+        # A result the database could not hold: sent directly, so the bot is not left waiting.
+        failure = tool.unrecorded(database_away=database_away)
+        result = result_for(call, failure.status, failure.message, failure.data)
         publisher, shard_queues = self._links.both()
+        await shard_queues.ensure(result.shard_id)
+        await publisher.publish_event(
+            result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
+        )
+        self._hooks.after_publish(result, None, delivered_at)
+        return await self._dead_letter(message, reason, cause)
+
+    async def _deliver(self, processed: Processed, delivered_at: float) -> Handled:
+        """Publishes what committed and marks it; the ack is the caller's."""
+        # Read one by one, not through `Links.both()`: no tuple made per call.
+        publisher, shard_queues = self._links.publisher, self._links.shard_queues
+        assert publisher is not None and shard_queues is not None
         result = processed.result
         if processed.reused_id:
             log.warning("worker.tool_call_id_reused", status=result.status.value)
         if processed.written:
-            failpoints.reach("after_commit")
+            self._hooks.after_commit(processed)
         await shard_queues.ensure(result.shard_id)
         if processed.written:
             await publisher.publish_rows(processed.outbox, in_call=True)
@@ -181,53 +201,19 @@ class DeliveryHandler:
                 self._reply_ttl_ms,
                 replayed=processed.replayed,
             )
-        # What the user waits for ends here: the result is with the broker.
-        self._metrics.latency.observe(time.perf_counter() - delivered_at)
+        self._hooks.after_publish(result, processed, delivered_at)
         if processed.outbox:
-            await self._mark_published(processed)
-        await settle_delivered(message, Outcome.HANDLED)
-        self._metrics.ack_latency.observe(time.perf_counter() - delivered_at)
-        self._metrics.calls.labels(
-            result.tool_name, result.status.value, str(processed.replayed).lower()
-        ).inc()
-        log.info(
-            "worker.call_answered",
-            status=result.status.value,
-            replayed=processed.replayed,
-            memory_id=result.data.memory_id,
-        )
-
-    async def _mark_published(self, processed: Processed) -> None:
-        failpoints.reach("after_publish")
-        try:
-            await self._published.submit([row.event_id for row in processed.outbox])
-        except Exception as error:
-            log.warning("worker.outbox_mark_failed", error=repr(error))
-        failpoints.reach("after_mark")
-
-    async def _answer_unrecorded(
-        self, call: ToolCallRequested, failure: Rejection, delivered_at: float
-    ) -> None:
-        """A result the database could not hold: sent directly, so the bot is not left waiting."""
-        publisher, shard_queues = self._links.both()
-        result = result_for(call, failure.status, failure.message, failure.data)
-        await shard_queues.ensure(result.shard_id)
-        await publisher.publish_event(
-            result, result_routing_key(call.context.shard_id), self._reply_ttl_ms
-        )
-        self._metrics.latency.observe(time.perf_counter() - delivered_at)
-        self._metrics.calls.labels(call.tool_name, failure.status.value, "false").inc()
+            try:
+                await self._published.submit([row.event_id for row in processed.outbox])
+            except Exception as error:
+                log.warning("worker.outbox_mark_failed", error=repr(error))
+            self._hooks.after_mark(processed)
+        return Handled(Outcome.HANDLED, processed=processed)
 
     async def _dead_letter(
-        self,
-        message: DeliveredMessage,
-        reason: str,
-        cause: str,
-        delivered_at: float,
-        *,
-        read_body: bool = True,
-    ) -> None:
-        """Publishes the dead-letter copy with its reason, then settles the original.
+        self, message: DeliveredMessage, reason: str, cause: str, *, read_body: bool = True
+    ) -> Handled:
+        """Publishes the dead-letter copy with its reason; the original's ack is the caller's.
         `read_body` False: nothing of the body is parsed, not even for its ids."""
         publisher, _ = self._links.both()
         # The ids the copy carries (`ltm dlq list` shows them), not only those that came.
@@ -239,8 +225,6 @@ class DeliveryHandler:
             event_id=ids.event_id,
             tool_call_id=ids.tool_call_id,
         )
-        tracing.failed(tracing.current_span(), cause, reason)
+        self._hooks.before_dead_letter(cause, reason)
         await publisher.dead_letter(message, reason, event_id=ids.event_id)
-        await settle_delivered(message, Outcome.DEAD_LETTERED)
-        self._metrics.ack_latency.observe(time.perf_counter() - delivered_at)
-        self._metrics.dead_lettered.labels(cause).inc()
+        return Handled(Outcome.DEAD_LETTERED, cause=cause)

@@ -12,11 +12,10 @@ import structlog
 from contracts import shard_of_routing_key
 from infra.observability.logs import get_logger
 from infra.settings import Settings
-from worker.adapters.broker import ShardQueues
 from worker.adapters.metrics import WorkerMetrics
-from worker.adapters.outbox import OutboxStore
 from worker.core.outgoing import OutboxRow
 from worker.runtime.connection import Links
+from worker.runtime.ports import Outbox, ReplyQueues
 
 __all__ = ["OutboxRelay"]
 
@@ -31,7 +30,7 @@ class OutboxRelay:
     """Sweeps the outbox every `LTM_OUTBOX_SWEEP_INTERVAL_S` while the worker runs."""
 
     def __init__(
-        self, settings: Settings, outbox: OutboxStore, links: Links, metrics: WorkerMetrics
+        self, settings: Settings, outbox: Outbox, links: Links, metrics: WorkerMetrics
     ) -> None:
         self._settings = settings
         self._outbox = outbox
@@ -57,21 +56,21 @@ class OutboxRelay:
     async def sweep(self, *, min_age_s: float) -> int:
         """Publishes rows a crash or a lost broker left behind; returns how many it handled."""
         publisher, shard_queues = self._links.publisher, self._links.shard_queues
-        if publisher is None or shard_queues is None or publisher.channel.is_closed:
+        if publisher is None or shard_queues is None or publisher.closed:
             return 0
         handled = 0
         while True:
-            async with self._outbox.unpublished(limit=_SWEEP_BATCH, min_age_s=min_age_s) as (
-                rows,
-                connection,
-            ):
+            async with self._outbox.unpublished(
+                limit=_SWEEP_BATCH, min_age_s=min_age_s
+            ) as unpublished:
+                rows = unpublished.rows
                 if not rows:
                     return handled
                 # An expired reply is stale news for the shard; it is dropped, not sent.
                 live = [row for row in rows if row.ttl_ms is None or row.ttl_ms > 0]
                 await _declare_shards_of(live, shard_queues)
                 await publisher.publish_rows(live)
-                await self._outbox.mark_published_in(connection, [row.event_id for row in rows])
+                await unpublished.mark_published()
             handled += len(rows)
             self._metrics.outbox_swept.inc(len(live))
             log.info("worker.outbox_swept", published=len(live), expired=len(rows) - len(live))
@@ -84,7 +83,7 @@ class OutboxRelay:
             log.warning("worker.outbox_flush_failed", error=repr(error))
 
 
-async def _declare_shards_of(rows: Sequence[OutboxRow], shard_queues: ShardQueues) -> None:
+async def _declare_shards_of(rows: Sequence[OutboxRow], shard_queues: ReplyQueues) -> None:
     """The queues of the shards these rows go to: after a restart, the sweep may be the first
     to send replies to a shard."""
     for row in rows:

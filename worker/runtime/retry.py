@@ -22,7 +22,7 @@ from tenacity import (
 )
 
 __all__ = [
-    "is_transient",
+    "is_transient_database_fault",
     "retried_for",
     "shared_by_the_batch",
     "waited_for_a_lock",
@@ -35,7 +35,7 @@ T = TypeVar("T")
 _TRANSIENT_DRIVER_ERRORS: Final = psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction
 
 
-def is_transient(error: BaseException) -> bool:
+def is_transient_database_fault(error: BaseException) -> bool:
     """Lost connection, serialization failure, deadlock, admin shutdown, pool exhaustion, and a
     server that does not take writes yet (a standby being promoted: SQLSTATE 25006)."""
     if isinstance(error, sa_exc.DBAPIError):
@@ -53,12 +53,12 @@ def shared_by_the_batch(error: BaseException) -> bool:
     """A fault every call of a batch shares. A lock wait is one call's: the batch runs again
     one call at a time, and only the call whose row is held fails (after its retries,
     `memory_update_failed_db_error`)."""
-    return is_transient(error) and not waited_for_a_lock(error)
+    return is_transient_database_fault(error) and not waited_for_a_lock(error)
 
 
 def retried_for(calls: Sized) -> Callable[[BaseException], bool]:
     """A batch retries only what it shares; a call alone, any transient fault."""
-    return is_transient if len(calls) == 1 else shared_by_the_batch
+    return is_transient_database_fault if len(calls) == 1 else shared_by_the_batch
 
 
 async def within_budget(

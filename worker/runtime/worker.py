@@ -1,17 +1,16 @@
 """The long-running worker: consume tool calls, run the pipeline, commit, publish, settle.
 
-`Worker` puts the parts together and supervises the connection's life: `connection` reaches
-the broker and sets a connection up, `delivery` handles each call, `pipeline` runs a batch's
-transaction within the `retry` budget, `outbox_relay` sweeps what was left unpublished.
+`Worker` supervises the connection's life, with the parts the composition root
+(`ltm.composition`) built: `connection` reaches the broker and sets a connection up,
+`delivery` handles each call, `batch_runner` runs a batch's unit of work within the `retry`
+budget, `outbox_relay` sweeps what was left unpublished.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from dataclasses import dataclass, field
-from typing import Final
 
 import aiormq
 from aio_pika.abc import AbstractConnection
@@ -20,60 +19,36 @@ from infra.cancellation import being_cancelled
 from infra.messaging import amqp
 from infra.observability.logs import get_logger
 from infra.settings import Settings
-from worker.adapters.memory_store import MemoryStore
-from worker.adapters.metrics import WorkerMetrics
-from worker.adapters.outbox import OutboxStore
-from worker.batching import CallBatcher, GroupCommit
-from worker.runtime.connection import Links, Session, connect, open_session, pause
+from worker.batching import CallBatcher
+from worker.ports import ToolCallStore
+from worker.runtime.batch_runner import Submitted
+from worker.runtime.connection import Links, WorkQueueConsumer, connect, pause, start_consuming
 from worker.runtime.delivery import DeliveryHandler
 from worker.runtime.outbox_relay import OutboxRelay
-from worker.runtime.pipeline import BatchPipeline, Submitted
-from worker.runtime.retry import shared_by_the_batch
 from worker.service import Processed
 
 __all__ = ["Worker"]
 
 log = get_logger("ltm.worker")
 
-# Marking rows published delays only the ack, not the result. Under load the next batch's
-# transaction marks them before this runs out; when idle, one UPDATE marks all that came.
-_MARK_LINGER_S: Final = 0.05
-
 
 @dataclass
 class Worker:
+    """`links`: what `start_consuming` opens on each connection, for `deliveries` and `relay`
+    to publish on; `batcher` and `store` are closed when the worker stops."""
+
     settings: Settings
-    store: MemoryStore
-    outbox: OutboxStore
-    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    store: ToolCallStore
+    links: Links
+    batcher: CallBatcher[Submitted, Processed]
+    deliveries: DeliveryHandler
+    relay: OutboxRelay
+    _consuming: bool = field(default=False, init=False)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def __post_init__(self) -> None:
-        self.topology = self.settings.topology
         # Which broker node next: a lost connection moves on to the node after it.
         self._broker_nodes = amqp.BrokerNodes.of(self.settings)
-        self._links = Links()
-        self._consuming = False
-        self._stopping = asyncio.Event()
-        published: GroupCommit[uuid.UUID] = GroupCommit(
-            self.outbox.mark_published, linger_s=_MARK_LINGER_S
-        )
-        pipeline = BatchPipeline(self.settings, self.store, self.metrics, published)
-        self._batcher: CallBatcher[Submitted, Processed] = CallBatcher(
-            pipeline.run,
-            max_batch=self.settings.max_batch,
-            concurrency=min(self.settings.batch_concurrency, self.settings.db_pool_size),
-            shared_fault=shared_by_the_batch,
-        )
-        self._deliveries = DeliveryHandler(
-            self.settings,
-            self.topology,
-            self._links,
-            metrics=self.metrics,
-            batcher=self._batcher,
-            published=published,
-        )
-        self.metrics.in_flight.set_function(lambda: len(self._deliveries.in_flight))
-        self._relay = OutboxRelay(self.settings, self.outbox, self._links, self.metrics)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -91,7 +66,7 @@ class Worker:
     async def run(self) -> None:
         """Consumes until `stop()`, reconnecting whenever the broker goes away."""
         self._say_whom_it_trusts()
-        sweeper = asyncio.create_task(self._relay.sweep_forever(), name="outbox-sweep")
+        sweeper = asyncio.create_task(self.relay.sweep_forever(), name="outbox-sweep")
         try:
             while (
                 connection := await connect(self.settings, self._broker_nodes, self._stopping)
@@ -115,20 +90,20 @@ class Worker:
         """One connection's life: set up, consume until it closes or we stop, then drain."""
         try:
             async with connection:
-                session = await open_session(
+                consumer = await start_consuming(
                     connection,
                     self.settings,
-                    self.topology,
-                    self._links,
-                    self._deliveries.on_delivery,
+                    self.settings.topology,
+                    self.links,
+                    self.deliveries.on_delivery,
                 )
                 self._consuming = True
-                if await self._lost_before_stop(session):
+                if await self._lost_before_stop(consumer):
                     log.warning("worker.broker_connection_lost")
                     return
-                await self._drain(session)
-                await self._batcher.close()
-                await self._relay.flush()
+                await self._drain(consumer)
+                await self.batcher.close()
+                await self.relay.flush()
         except asyncio.CancelledError:
             if being_cancelled():
                 raise
@@ -137,10 +112,10 @@ class Worker:
             # RuntimeError: how aio-pika and aiormq refuse work on a channel already closed.
             await self._connection_failed(repr(error))
 
-    async def _lost_before_stop(self, session: Session) -> bool:
+    async def _lost_before_stop(self, consumer: WorkQueueConsumer) -> bool:
         """Waits for the stop or the connection's loss; True when the connection went first."""
         stopping = asyncio.create_task(self._stopping.wait())
-        closed = asyncio.create_task(session.lost.wait())
+        closed = asyncio.create_task(consumer.lost.wait())
         await asyncio.wait({stopping, closed}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         self._consuming = False
@@ -154,11 +129,11 @@ class Worker:
         log.warning("worker.broker_connection_failed", error=error)
         await pause(self._stopping, 0.2)
 
-    async def _drain(self, session: Session) -> None:
+    async def _drain(self, consumer: WorkQueueConsumer) -> None:
         """Stops taking new calls, then lets those in flight finish within the grace period."""
         with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, RuntimeError):
-            await session.consuming.basic_cancel(session.tag)
-        in_flight = self._deliveries.in_flight
+            await consumer.consuming.basic_cancel(consumer.tag)
+        in_flight = self.deliveries.in_flight
         if in_flight:
             log.info("worker.draining", count=len(in_flight))
             _, pending = await asyncio.wait(set(in_flight), timeout=self.settings.shutdown_grace_s)

@@ -119,7 +119,7 @@ class CreateMemory:
                 if isinstance(step, _Checked) and _searches_the_directory(step)
             }
         )
-        directories = await tx.load_directories(searched) if searched else {}
+        directories = await tx.members.load_directories(searched) if searched else {}
         decided = [
             _destine(step, directories, settings.max_memory_length)
             if isinstance(step, _Checked)
@@ -129,13 +129,13 @@ class CreateMemory:
         destined = [step for step in decided if isinstance(step, _Destined)]
         if destined:
             keys = list(dict.fromkeys(step.key for step in destined))
-            locked = await tx.lock_scopes(keys, new_ids=len(destined))
+            locked = await tx.scopes.lock(keys, new_ids=len(destined))
             contents = ScopeContents(locked.contents)
             ids = iter(locked.new_ids)
             for position, step in enumerate(decided):
                 if isinstance(step, _Destined):
                     decided[position] = _plan(step, next(ids), locked.owners, contents, settings)
-            await tx.create(
+            await tx.scopes.add(
                 [
                     PlannedCreation(
                         step.memory,

@@ -111,7 +111,7 @@ class UpdateMemory:
                 await _plan(checked, tx, directories) if isinstance(checked, _Checked) else checked
             )
         planned = [(p, plan) for p, plan in enumerate(decided) if isinstance(plan, _Planned)]
-        written = await tx.apply(
+        written = await tx.memories.apply(
             [
                 PlannedWrite(
                     plan.write,
@@ -124,7 +124,9 @@ class UpdateMemory:
         for (position, plan), memory in zip(planned, written, strict=True):
             if memory is None:
                 participants = [p.user_id for p in plan.checked.call.context.participants]
-                in_other_scope = await tx.in_other_scope(plan.write, participant_ids=participants)
+                in_other_scope = await tx.memories.in_other_scope(
+                    plan.write, participant_ids=participants
+                )
                 decided[position] = not_found(plan.write, in_other_scope=in_other_scope)
             elif isinstance(memory, ForbiddenWrite):
                 decided[position] = forbidden(plan.write)
@@ -168,7 +170,7 @@ async def _plan(
     if arguments.target_user is not None:
         if not context.is_dm:
             if state.server_id not in directories:
-                directories[state.server_id] = await tx.load_directory(state.server_id)
+                directories[state.server_id] = await tx.members.load_directory(state.server_id)
             directory = directories[state.server_id]
         resolution = resolve_target_user(
             arguments.target_user, context.participants, directory, is_dm=context.is_dm
@@ -176,7 +178,7 @@ async def _plan(
         target = check_update_target(resolution, bot_user_id=context.bot_user_id)
         if isinstance(target, Rejection):
             return target
-        user = await tx.load_user(target.user_id, server_id=state.server_id)
+        user = await tx.members.load_user(target.user_id, server_id=state.server_id)
         refusal = check_update_owner(
             target, user, context=context, directory=directory, is_delete=checked.content == ""
         )

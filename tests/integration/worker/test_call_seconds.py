@@ -17,9 +17,9 @@ from harness.waiting import eventually
 from harness.world import World, tool_call
 from infra.settings import Settings
 from infra.storage.engine import create_engine
-from worker.adapters.memory_store import MemoryStore
+from ltm.composition import build_worker
+from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxStore
-from worker.runtime import Worker
 
 
 class HeldMarks(OutboxStore):
@@ -45,10 +45,10 @@ async def test_call_seconds_end_at_the_published_result_and_ack_seconds_at_the_a
         persona, {"memory_id": memory_id, "memory_content": "likes cocoa"}, triggerer_id=snowflake()
     )
     async with own_topology(settings, "seconds") as (own, topology, channel):
-        engine = create_engine(own.sqlalchemy_url, pool_size=2)
-        outbox = HeldMarks(engine)
-        worker = Worker(settings=own, store=MemoryStore(engine), outbox=outbox)
-        registry = worker.metrics.registry
+        outbox = HeldMarks(create_engine(own.sqlalchemy_url, pool_size=2))
+        metrics = WorkerMetrics()
+        worker = build_worker(own, metrics, outbox=outbox)
+        registry = metrics.registry
 
         def count(histogram: str) -> float | None:
             return registry.get_sample_value(f"{histogram}_count")
@@ -78,4 +78,5 @@ async def test_call_seconds_end_at_the_published_result_and_ack_seconds_at_the_a
             outbox.released.set()
             worker.stop()
             await running
+            await outbox.engine.dispose()
             await channel.queue_delete(topology.shard_queue(call.context.shard_id))

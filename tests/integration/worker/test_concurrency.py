@@ -17,39 +17,42 @@ import psycopg
 import pytest
 
 from contracts import MemoryStatus, ToolCallRequested
+from infra.storage.engine import named_cursor
 from tests.integration.worker.checks import (
     Pipeline,
     assert_result,
     assert_success_events,
 )
-from worker.adapters.memory_store import MemoryStore
-from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
+from worker.adapters.inbox import PostgresInbox
+from worker.adapters.memory_store import MemoryStore, PostgresUnitOfWork
+from worker.adapters.memory_writes import PostgresMemoryWrites
 from worker.core.model import ForbiddenWrite, WrittenMemory
-from worker.core.outgoing import Traceparents
+from worker.core.outgoing import UNTRACED, Traceparents
 from worker.core.records import Claim, PlannedWrite
 from worker.service import Processed
 
 Step = Literal["claim", "apply"]
 
 
-class _RendezvousTransaction(PostgresToolCallTransaction):
-    def __init__(
-        self, connection: psycopg.AsyncConnection[Any], barrier: asyncio.Barrier, step: Step
-    ) -> None:
-        super().__init__(connection)
+class _RendezvousInbox(PostgresInbox):
+    def __init__(self, cursor: psycopg.AsyncCursor[Any], barrier: asyncio.Barrier) -> None:
+        super().__init__(cursor, UNTRACED)
         self._barrier = barrier
-        self._step = step
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
-        if self._step == "claim":
-            await self._barrier.wait()
+        await self._barrier.wait()
         return await super().claim(calls)
+
+
+class _RendezvousWrites(PostgresMemoryWrites):
+    def __init__(self, cursor: psycopg.AsyncCursor[Any], barrier: asyncio.Barrier) -> None:
+        super().__init__(cursor)
+        self._barrier = barrier
 
     async def apply(
         self, writes: Sequence[PlannedWrite]
     ) -> list[WrittenMemory | ForbiddenWrite | None]:
-        if self._step == "apply":
-            await self._barrier.wait()
+        await self._barrier.wait()
         return await super().apply(writes)
 
 
@@ -64,9 +67,14 @@ class RendezvousStore(MemoryStore):
     @asynccontextmanager
     async def transaction(
         self, traceparents: Traceparents | None = None
-    ) -> AsyncIterator[PostgresToolCallTransaction]:
+    ) -> AsyncIterator[PostgresUnitOfWork]:
         async with self.driver_transaction() as connection:
-            yield _RendezvousTransaction(connection, self._barrier, self._step)
+            tx = PostgresUnitOfWork(connection)
+            if self._step == "claim":
+                tx.inbox = _RendezvousInbox(named_cursor(connection), self._barrier)
+            else:
+                tx.memories = _RendezvousWrites(named_cursor(connection), self._barrier)
+            yield tx
 
 
 @asynccontextmanager

@@ -23,7 +23,7 @@ from infra.settings import Settings
 from infra.storage.database import migrate
 from tests.support.failover import answered, new_prefix
 from tests.support.failover import updates_of_new_memories as updates
-from worker.runtime import is_transient
+from worker.runtime import is_transient_database_fault
 
 pytestmark = [pytest.mark.localnodes, pytest.mark.timeout(300)]
 
@@ -99,4 +99,4 @@ async def test_a_write_on_a_standby_not_yet_promoted_is_a_transient_fault(
     async with standby:
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction) as raised:
             await standby.execute("CREATE TABLE failover_probe (id int)")
-    assert is_transient(raised.value)
+    assert is_transient_database_fault(raised.value)

@@ -13,11 +13,12 @@ import pytest
 from contracts import MemoryStatus, ToolCallCompleted, ToolCallRequested
 from harness.snowflake import snowflake
 from harness.world import participant
+from infra.storage.engine import named_cursor
 from tests.integration.worker.checks import Pipeline, Scene, assert_result
-from worker.adapters.memory_store import MemoryStore
-from worker.adapters.tool_call_transaction import PostgresToolCallTransaction
+from worker.adapters.inbox import PostgresInbox
+from worker.adapters.memory_store import MemoryStore, PostgresUnitOfWork
 from worker.core.idempotency import call_fingerprint
-from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents
+from worker.core.outgoing import UNTRACED, OutboxRow, OutgoingEvent, Traceparents
 from worker.service import Processed
 
 
@@ -25,7 +26,7 @@ class Crash(Exception):
     pass
 
 
-class _CrashingTransaction(PostgresToolCallTransaction):
+class _CrashingInbox(PostgresInbox):
     async def finish(
         self, results: Sequence[ToolCallCompleted], events: Sequence[OutgoingEvent]
     ) -> list[OutboxRow]:
@@ -39,9 +40,11 @@ class CrashingStore(MemoryStore):
     @asynccontextmanager
     async def transaction(
         self, traceparents: Traceparents | None = None
-    ) -> AsyncIterator[PostgresToolCallTransaction]:
+    ) -> AsyncIterator[PostgresUnitOfWork]:
         async with self.driver_transaction() as connection:
-            yield _CrashingTransaction(connection, traceparents)
+            tx = PostgresUnitOfWork(connection, traceparents)
+            tx.inbox = _CrashingInbox(named_cursor(connection), traceparents or UNTRACED)
+            yield tx
 
 
 def another_copy(call: ToolCallRequested, **context: Any) -> ToolCallRequested:

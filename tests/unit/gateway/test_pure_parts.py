@@ -28,7 +28,7 @@ from gateway import (
     decode_tool_arguments,
     discord_nonce,
     instance_name,
-    is_transient,
+    is_transient_discord_fault,
     render_embed,
     timeout_answer,
     to_hikari_embed,
@@ -200,13 +200,17 @@ def test_instance_names_differ() -> None:
 
 
 def test_failures_are_classified() -> None:
-    assert not is_transient(hikari.ForbiddenError("http://x", {}, b"", "Missing Access", 50001))
-    assert not is_transient(hikari.NotFoundError("http://x", {}, b"", "Unknown Channel", 10003))
-    assert not is_transient(hikari.BadRequestError("http://x", {}, b"", "Bad", 50035))
-    assert is_transient(hikari.InternalServerError("http://x", 500, {}, b""))
-    assert is_transient(hikari.HTTPError("connection reset"))
-    assert is_transient(TimeoutError())
-    assert not is_transient(ValueError())
+    assert not is_transient_discord_fault(
+        hikari.ForbiddenError("http://x", {}, b"", "Missing Access", 50001)
+    )
+    assert not is_transient_discord_fault(
+        hikari.NotFoundError("http://x", {}, b"", "Unknown Channel", 10003)
+    )
+    assert not is_transient_discord_fault(hikari.BadRequestError("http://x", {}, b"", "Bad", 50035))
+    assert is_transient_discord_fault(hikari.InternalServerError("http://x", 500, {}, b""))
+    assert is_transient_discord_fault(hikari.HTTPError("connection reset"))
+    assert is_transient_discord_fault(TimeoutError())
+    assert not is_transient_discord_fault(ValueError())
 
 
 @pytest.mark.parametrize(

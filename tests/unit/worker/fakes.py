@@ -1,5 +1,6 @@
 """Fakes of the service layer's ports (`worker.ports`) for the unit tests: plain classes that
-implement the protocols, no database behind them."""
+implement the protocols, no database behind them (mypy holds them to the protocols where the
+tests pass them as one)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ __all__ = ["GivenFacts"]
 
 
 class GivenFacts:
-    """A transaction whose reads are answered from fixed facts and whose writes are kept.
+    """A unit of work whose reads are answered from fixed facts and whose writes are kept.
 
-    A call is claimed unless `answered` holds a record for its id. The create tool's reads
-    are not given: a test of them would fail here rather than pass on made-up facts.
+    One object plays every repository (their methods' names are distinct), so that the facts
+    and what was written are in one place. A call is claimed unless `answered` holds a record
+    for its id. The create tool's reads are not given: a test of them would fail here rather
+    than pass on made-up facts.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class GivenFacts:
         self.results: list[ToolCallCompleted] = []
         self.queued: list[OutgoingEvent] = []
         self.marked: list[uuid.UUID] = []
+        self.inbox = self.members = self.memories = self.scopes = self.outbox = self
 
     async def claim(self, calls: Sequence[ToolCallRequested]) -> list[Claim]:
         return [
@@ -87,10 +91,10 @@ class GivenFacts:
     async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:
         return self.other_scope
 
-    async def lock_scopes(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
+    async def lock(self, scopes: Sequence[ScopeKey], *, new_ids: int) -> LockedScopes:
         raise AssertionError("no scopes are given to lock")
 
-    async def create(self, creations: Sequence[PlannedCreation]) -> None:
+    async def add(self, creations: Sequence[PlannedCreation]) -> None:
         raise AssertionError("no creations are expected")
 
     async def finish(

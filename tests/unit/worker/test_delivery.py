@@ -1,20 +1,24 @@
 """The worker's handling of one delivery, down to how it is settled: in process, with a fake
-channel, message, publisher and batcher (the pipeline itself is not run)."""
+channel, message, publisher and batcher (the pipeline itself is not run), and the worker's
+hooks."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from aiormq.abc import DeliveredMessage
 
-from contracts import CREATE_LONG_TERM_MEMORY, ToolCallRequested, Topology, encode_event
+from contracts import CREATE_LONG_TERM_MEMORY, Event, ToolCallRequested, Topology, encode_event
 from infra.settings import Settings
 from tests.unit.worker.given import context
 from worker.adapters.metrics import WorkerMetrics
 from worker.batching import CallBatcher, GroupCommit
+from worker.core.outgoing import OutboxRow
 from worker.runtime.connection import Links
 from worker.runtime.delivery import DeliveryHandler
+from worker.runtime.hooks import FailpointHooks, Hooks, MetricsHooks, TracingHooks
 
 
 @dataclass
@@ -60,13 +64,20 @@ class FakePublisher:
     results: list[Any] = field(default_factory=list)
     refuse_dead_letters: bool = False
 
-    async def dead_letter(self, message: Any, reason: str, *, event_id: str) -> None:
+    closed = False
+
+    async def dead_letter(self, message: DeliveredMessage, reason: str, *, event_id: str) -> None:
         if self.refuse_dead_letters:
             raise ConnectionError("publish refused")
         self.dead_letters.append(reason)
 
-    async def publish_event(self, event: Any, routing_key: str, ttl_ms: int, **_: Any) -> None:
+    async def publish_event(
+        self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False
+    ) -> None:
         self.results.append((event, routing_key))
+
+    async def publish_rows(self, rows: Sequence[OutboxRow], *, in_call: bool = False) -> None:
+        raise AssertionError("no call commits here")
 
 
 class FakeShardQueues:
@@ -81,12 +92,12 @@ class FailingBatcher:
 
 def _handler(settings: Settings, publisher: FakePublisher) -> tuple[DeliveryHandler, WorkerMetrics]:
     metrics = WorkerMetrics()
-    links = Links(publisher=cast(Any, publisher), shard_queues=cast(Any, FakeShardQueues()))
+    links = Links(publisher=publisher, shard_queues=FakeShardQueues())
+    hooks = Hooks(TracingHooks(Topology("ltm-unit")), MetricsHooks(metrics), FailpointHooks())
     handler = DeliveryHandler(
         settings,
-        Topology("ltm-unit"),
         links,
-        metrics=metrics,
+        hooks=hooks,
         batcher=cast(CallBatcher[Any, Any], FailingBatcher()),
         published=cast(GroupCommit[Any], None),
     )

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from worker.runtime.retry import (
-    is_transient,
+    is_transient_database_fault,
     retried_for,
     shared_by_the_batch,
     waited_for_a_lock,
@@ -36,11 +36,11 @@ def _lock_timeout() -> sa_exc.DBAPIError:
 
 
 def test_what_may_pass_is_transient_and_a_lock_wait_is_one_calls() -> None:
-    assert is_transient(psycopg.OperationalError("server closed the connection"))
-    assert is_transient(ConnectionError())
-    assert not is_transient(ValueError())
+    assert is_transient_database_fault(psycopg.OperationalError("server closed the connection"))
+    assert is_transient_database_fault(ConnectionError())
+    assert not is_transient_database_fault(ValueError())
     assert waited_for_a_lock(_lock_timeout())
-    assert is_transient(_lock_timeout()) and not shared_by_the_batch(_lock_timeout())
+    assert is_transient_database_fault(_lock_timeout()) and not shared_by_the_batch(_lock_timeout())
     assert retried_for(["one call"])(_lock_timeout())
     assert not retried_for(["a", "batch"])(_lock_timeout())
 
@@ -49,7 +49,10 @@ async def test_a_success_at_once_counts_no_retry() -> None:
     retries: list[BaseException | None] = []
     attempt = Attempts()
     assert (
-        await within_budget(attempt, retried=is_transient, budget_s=5, on_retry=retries.append) == 1
+        await within_budget(
+            attempt, retried=is_transient_database_fault, budget_s=5, on_retry=retries.append
+        )
+        == 1
     )
     assert retries == []
 
@@ -57,7 +60,9 @@ async def test_a_success_at_once_counts_no_retry() -> None:
 async def test_transient_faults_are_retried_and_each_counted() -> None:
     retries: list[BaseException | None] = []
     attempt = Attempts(ConnectionError("one"), ConnectionError("two"))
-    answer = await within_budget(attempt, retried=is_transient, budget_s=5, on_retry=retries.append)
+    answer = await within_budget(
+        attempt, retried=is_transient_database_fault, budget_s=5, on_retry=retries.append
+    )
     assert answer == 3
     assert [str(error) for error in retries] == ["one", "two"]
 
@@ -65,7 +70,9 @@ async def test_transient_faults_are_retried_and_each_counted() -> None:
 async def test_a_fault_not_retried_is_raised_at_once() -> None:
     attempt = Attempts(ValueError("a bug"))
     with pytest.raises(ValueError, match="a bug"):
-        await within_budget(attempt, retried=is_transient, budget_s=5, on_retry=lambda _: None)
+        await within_budget(
+            attempt, retried=is_transient_database_fault, budget_s=5, on_retry=lambda _: None
+        )
     assert attempt.count == 1
 
 
@@ -73,6 +80,8 @@ async def test_the_last_fault_is_raised_once_the_budget_is_spent() -> None:
     attempt = Attempts(*(ConnectionError(f"fault {n}") for n in range(1000)))
     started = time.monotonic()
     with pytest.raises(ConnectionError):
-        await within_budget(attempt, retried=is_transient, budget_s=0.3, on_retry=lambda _: None)
+        await within_budget(
+            attempt, retried=is_transient_database_fault, budget_s=0.3, on_retry=lambda _: None
+        )
     assert attempt.count >= 2
     assert time.monotonic() - started < 3.0

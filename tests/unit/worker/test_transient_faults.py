@@ -1,11 +1,11 @@
-"""Which database faults the worker's retry budget covers (`is_transient`)."""
+"""Which database faults the worker's retry budget covers (`is_transient_database_fault`)."""
 
 from __future__ import annotations
 
 import psycopg
 from sqlalchemy import exc as sa_exc
 
-from worker.runtime import is_transient
+from worker.runtime import is_transient_database_fault
 
 
 def _wrapped(error: Exception, *, invalidated: bool = False) -> sa_exc.DBAPIError:
@@ -20,20 +20,24 @@ def test_a_standby_not_yet_promoted_is_transient() -> None:
     read_only = psycopg.errors.ReadOnlySqlTransaction(
         "cannot execute UPDATE in a read-only transaction"
     )
-    assert is_transient(read_only)
-    assert is_transient(_wrapped(read_only))
+    assert is_transient_database_fault(read_only)
+    assert is_transient_database_fault(_wrapped(read_only))
 
 
 def test_a_connection_lost_to_a_dying_primary_is_transient() -> None:
     lost = psycopg.OperationalError("server closed the connection unexpectedly")
-    assert is_transient(lost)
-    assert is_transient(_wrapped(lost))
-    assert is_transient(_wrapped(psycopg.errors.AdminShutdown("terminating connection")))
-    assert is_transient(ConnectionRefusedError())
+    assert is_transient_database_fault(lost)
+    assert is_transient_database_fault(_wrapped(lost))
+    assert is_transient_database_fault(
+        _wrapped(psycopg.errors.AdminShutdown("terminating connection"))
+    )
+    assert is_transient_database_fault(ConnectionRefusedError())
 
 
 def test_a_fault_of_the_statement_is_not() -> None:
-    assert not is_transient(psycopg.errors.UniqueViolation("duplicate key"))
-    assert not is_transient(_wrapped(psycopg.errors.UniqueViolation("duplicate key")))
-    assert not is_transient(psycopg.errors.InFailedSqlTransaction("aborted"))
-    assert not is_transient(ValueError())
+    assert not is_transient_database_fault(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not is_transient_database_fault(
+        _wrapped(psycopg.errors.UniqueViolation("duplicate key"))
+    )
+    assert not is_transient_database_fault(psycopg.errors.InFailedSqlTransaction("aborted"))
+    assert not is_transient_database_fault(ValueError())

@@ -1,4 +1,4 @@
-"""A batch of calls through the memory pipeline: one transaction, retried within the budget."""
+"""A batch of calls through the tools' pipelines: one unit of work, retried within the budget."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from infra.observability import tracing
 from infra.observability.logs import get_logger
 from infra.settings import Settings
 from infra.storage.database import database_name
-from worker.adapters.memory_store import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.batching import GroupCommit, TakenFlush
+from worker.ports import ToolCallStore
 from worker.runtime.retry import retried_for, within_budget
 from worker.service import Processed, process_tool_calls
 
-__all__ = ["BatchPipeline", "Submitted"]
+__all__ = ["BatchRunner", "Submitted"]
 
 log = get_logger("ltm.worker")
 
@@ -42,14 +42,15 @@ def _database_of(url: str) -> str | None:
         return None
 
 
-class BatchPipeline:
-    """Runs the batches the `CallBatcher` forms (`run`), marking published outbox rows of
-    earlier calls in the same commit."""
+class BatchRunner:
+    """Runs the batches the `CallBatcher` forms (`run`), each in one unit of work retried
+    within `LTM_DB_RETRY_SECONDS`, marking published outbox rows of earlier calls in the
+    same commit."""
 
     def __init__(
         self,
         settings: Settings,
-        store: MemoryStore,
+        store: ToolCallStore,
         metrics: WorkerMetrics,
         published: GroupCommit[uuid.UUID],
     ) -> None:
@@ -97,7 +98,7 @@ class BatchPipeline:
     ) -> list[Processed]:
         async with self._store.transaction(traceparents) as tx:
             if marks is not None:
-                await tx.mark_published(marks.ids)
+                await tx.outbox.mark_published(marks.ids)
             return await process_tool_calls(
                 calls,
                 tx,
