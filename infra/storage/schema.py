@@ -1,15 +1,16 @@
-"""The database's tables, declared once as SQLAlchemy Core metadata, exactly as the migrations
+r"""The database's tables, declared once as SQLAlchemy Core metadata, exactly as the migrations
 create them.
 
 The migrations (`infra/storage/migrations/versions/`) stay the hand-written DDL that builds the
 schema; this metadata is what the code's queries are written against and what `alembic check`
 (`infra.storage.schema_check`, run by `make lint`) compares the migrated database to, so that a
-migration and this module cannot disagree unnoticed. Alembic compares tables, columns, types,
-nullability, server defaults, foreign keys, unique constraints and indexes (their columns, not
-a partial index's WHERE clause). Check constraints and the shared sequence `memory_id_seq` are
-declared too, for the metadata to read as the schema is, but Alembic compares neither; what is
-not declared here stays in the migrations alone: `memory_revisions`' append-only trigger and
-its function, and the sequences' ownership.
+migration and this module cannot disagree unnoticed: tables, columns, types, nullability,
+server defaults, foreign keys, unique and check constraints, indexes with their predicates
+(the last two by `infra.storage.migrations.expressions`). Defaults, check expressions and
+index predicates are written as PostgreSQL shows them back (`\d`), so that they compare as
+equal text. Alembic does not compare sequences: `memory_id_seq` is declared, for the columns
+that take their ids from it, but it, the sequences' ownership, and `memory_revisions`'
+append-only trigger and its function, stay the migrations' alone.
 
 The naming convention gives constraints PostgreSQL's own default names, which the migrations'
 DDL left them with (`servers_pkey`, `servers_server_disc_id_key`, `personas_server_id_fkey`);
@@ -67,8 +68,8 @@ metadata: Final = MetaData(
     }
 )
 
-# Server defaults as PostgreSQL shows them back (`\d`), so that Alembic compares them as equal
-# strings instead of asking the server whether two expressions are.
+# As PostgreSQL shows them back: Alembic then compares equal strings instead of asking the
+# server whether two expressions are equal.
 _NOW: Final = text("now()")
 _TRUE: Final = text("true")
 _FALSE: Final = text("false")
@@ -106,7 +107,8 @@ server_configs: Final = Table(
     Column("personal_memories_enabled", Boolean, nullable=False, server_default=_TRUE),
     Column("memory_edit_policy", Text, nullable=False, server_default=text("'anyone'::text")),
     CheckConstraint(
-        "memory_edit_policy IN ('anyone', 'teacher_or_manager')", name="memory_edit_policy"
+        "memory_edit_policy = ANY (ARRAY['anyone'::text, 'teacher_or_manager'::text])",
+        name="memory_edit_policy",
     ),
 )
 
@@ -129,7 +131,7 @@ users: Final = Table(
     Column("user_disc_id", Text, nullable=False, unique=True),
     Column("user_nickname", Text, nullable=True),
     Column("privacy_level", SmallInteger, nullable=False, server_default=text("0")),
-    CheckConstraint("privacy_level BETWEEN 0 AND 2", name="privacy_level"),
+    CheckConstraint("privacy_level >= 0 AND privacy_level <= 2", name="privacy_level"),
 )
 
 guild_members: Final = Table(
@@ -220,8 +222,11 @@ memory_revisions: Final = Table(
     Column("actor_disc_id", Text, nullable=False),
     Column("tool_call_id", Text, nullable=False),
     _timestamp("occurred_at", now=True),
-    CheckConstraint("scope IN ('server_wide', 'target_user')", name="scope"),
-    CheckConstraint("action IN ('created', 'updated', 'deleted', 'restored')", name="action"),
+    CheckConstraint("scope = ANY (ARRAY['server_wide'::text, 'target_user'::text])", name="scope"),
+    CheckConstraint(
+        "action = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'restored'::text])",
+        name="action",
+    ),
     Index("memory_revisions_memory_idx", "memory_id", "revision_id"),
     Index("memory_revisions_tool_call_idx", "tool_call_id"),
 )
@@ -261,7 +266,6 @@ outbox: Final = Table(
     Column("traceparent", Text, nullable=True),
 )
 # Partial indexes: the relay's rows still to publish, and the published ones its sweep deletes.
-# Alembic compares their columns, not their WHERE clauses.
 Index(
     "outbox_unpublished_idx", outbox.c.outbox_id, postgresql_where=outbox.c.published_at.is_(None)
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from infra.storage.migrations import expressions
 from infra.storage.schema import metadata
 
 url = context.config.get_main_option("sqlalchemy.url")
@@ -22,6 +23,13 @@ with engine.connect() as connection:
         # The metadata's defaults are written as PostgreSQL shows them back, so that they
         # compare as equal text.
         compare_server_default=True,
+        # Which check constraints exist (Alembic's opt-in plugin), and their expressions and
+        # the partial indexes' predicates, which Alembic leaves uncompared.
+        autogenerate_plugins=[
+            "alembic.autogenerate.*",
+            "alembic.ext.checkconstraint_byname",
+            expressions.PLUGIN,
+        ],
     )
     with context.begin_transaction():
         context.run_migrations()

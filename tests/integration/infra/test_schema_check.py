@@ -1,6 +1,6 @@
 """`python -m infra.storage.schema_check` (`make lint`): `alembic check` passes on a database
-migrated from nothing, fails on one that drifted from `infra.storage.schema`, and leaves no
-database behind either way."""
+migrated from nothing, fails on one that drifted from `infra.storage.schema` (also in what
+`infra.storage.migrations.expressions` compares), and leaves no database behind either way."""
 
 from __future__ import annotations
 
@@ -82,6 +82,33 @@ def test_a_default_changed_by_hand_is_drift(services: TestServices) -> None:
     assert drift is not None
     assert "modify_default" in drift
     assert "privacy_level" in drift
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            "ALTER TABLE users DROP CONSTRAINT users_privacy_level_check,"
+            " ADD CONSTRAINT users_privacy_level_check CHECK (privacy_level BETWEEN 0 AND 3)",
+            "users_privacy_level_check",
+        ),
+        (
+            "DROP INDEX outbox_unpublished_idx;"
+            " CREATE INDEX outbox_unpublished_idx ON outbox (outbox_id) WHERE ttl_ms IS NULL",
+            "outbox_unpublished_idx",
+        ),
+    ],
+    ids=["check expression", "index predicate"],
+)
+def test_an_expression_alembic_leaves_uncompared_is_compared(
+    services: TestServices, change: str, named: str
+) -> None:
+    with own_database(services, "drift_expression") as url:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(change)
+        drift = schema_check.schema_drift(url)
+    assert drift is not None
+    assert named in drift
 
 
 def test_the_command_fails_with_alembics_message_and_drops_its_database(
