@@ -54,6 +54,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m infra.storage.schema_check
 	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
 	  echo "lint: promtool is missing: apt-get install --no-install-recommends prometheus" \
 	    "(Debian's package has it), or set PROMTOOL to a promtool binary" >&2; exit 1; }

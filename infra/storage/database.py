@@ -14,6 +14,7 @@ from infra.redaction import mask_passwords
 from infra.settings import to_sqlalchemy_url
 
 __all__ = [
+    "alembic_config",
     "create_database_if_missing",
     "database_name",
     "drop_database",
@@ -81,6 +82,8 @@ def drop_database(url: str) -> None:
 
 
 def alembic_config(url: str) -> Config:
+    """Alembic's configuration for the database of `url`, built here rather than read from an
+    alembic.ini: `migrate` and the schema check (`infra.storage.schema_check`) share it."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("sqlalchemy.url", to_sqlalchemy_url(url).replace("%", "%%"))

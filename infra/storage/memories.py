@@ -11,40 +11,55 @@ from collections.abc import Iterable
 from datetime import UTC
 from typing import Any, Final
 
-from sqlalchemy import text
+from sqlalchemy import Text, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts import PersonalMemory, ServerMemories, ServerMemory
+from infra.storage.schema import personal_memories, personas, server_memories, servers, users
 
 __all__ = ["MemoryQueries"]
 
+_SERVER_DISC_ID: Final = bindparam("server_disc_id", type_=Text)
+
 # The server and its personas: a server without any persona still comes back, as one row.
-_SERVER: Final = text(
-    """
-    SELECT p.persona_id, p.persona_lineage_id
-    FROM servers AS s LEFT JOIN personas AS p ON p.server_id = s.server_id
-    WHERE s.server_disc_id = :server_disc_id
-    """
+_SERVER: Final = (
+    select(personas.c.persona_id, personas.c.persona_lineage_id)
+    .select_from(servers.outerjoin(personas, personas.c.server_id == servers.c.server_id))
+    .where(servers.c.server_disc_id == _SERVER_DISC_ID)
 )
 
-_SERVER_MEMORIES: Final = text(
-    """
-    SELECT m.server_memory_id AS memory_id, m.content, m.tags, m.created_at, m.updated_at,
-           m.persona_lineage_id, u.user_disc_id AS teacher_id
-    FROM server_memories AS m
-    JOIN servers AS s ON s.server_id = m.server_id
-    LEFT JOIN users AS u ON u.user_id = m.user_id
-    WHERE s.server_disc_id = :server_disc_id
-    """
+_SERVER_MEMORIES: Final = (
+    select(
+        server_memories.c.server_memory_id.label("memory_id"),
+        server_memories.c.content,
+        server_memories.c.tags,
+        server_memories.c.created_at,
+        server_memories.c.updated_at,
+        server_memories.c.persona_lineage_id,
+        users.c.user_disc_id.label("teacher_id"),
+    )
+    .select_from(
+        server_memories.join(servers, servers.c.server_id == server_memories.c.server_id).outerjoin(
+            users, users.c.user_id == server_memories.c.user_id
+        )
+    )
+    .where(servers.c.server_disc_id == _SERVER_DISC_ID)
 )
 
-_PERSONAL_MEMORIES: Final = text(
-    """
-    SELECT u.user_disc_id AS owner_id, m.personal_memory_id AS memory_id, m.content, m.tags,
-           m.created_at, m.updated_at, m.persona_lineage_id
-    FROM personal_memories AS m JOIN users AS u ON u.user_id = m.user_id
-    WHERE u.user_disc_id = ANY(:user_ids)
-    """
+# `= ANY(array)`: one statement whatever the number of people asked about.
+_PERSONAL_MEMORIES: Final = (
+    select(
+        users.c.user_disc_id.label("owner_id"),
+        personal_memories.c.personal_memory_id.label("memory_id"),
+        personal_memories.c.content,
+        personal_memories.c.tags,
+        personal_memories.c.created_at,
+        personal_memories.c.updated_at,
+        personal_memories.c.persona_lineage_id,
+    )
+    .select_from(personal_memories.join(users, users.c.user_id == personal_memories.c.user_id))
+    .where(users.c.user_disc_id == any_(bindparam("user_ids", type_=ARRAY(Text))))
 )
 
 
