@@ -7,8 +7,9 @@ scopes, creations, updates and deletes, invalid arguments, ids out of reach or m
 of the same tool call) at a steady pace to two real `ltm worker` processes. Meanwhile it
 SIGKILLs workers (sometimes bringing one back with a failpoint that kills it between commit
 and ack), closes every broker connection of its virtual host, stalls the workers' network
-path to the broker (a TCP proxy) until their heartbeats give it up, and restarts PostgreSQL
-once. An in-process
+path to the broker (a TCP proxy) until their heartbeats give it up, and restarts the
+PostgreSQL instance the run started for its database, once (never the machine's own server).
+An in-process
 gateway consumes the shard queues and posts embeds to a fake Discord. Afterwards it replays
 whatever was dead-lettered and checks:
 

@@ -1,30 +1,53 @@
 """`python -m bench.chaos` (`make chaos`): one chaos run on a database and virtual host of its
-own, its report printed; exit status 1 when a check failed."""
+own, its report printed; exit status 1 when a check failed.
+
+The database restart (`--db-fault restart`, the default) strikes a PostgreSQL instance the run
+starts for itself (`harness.localnodes`), never the machine's own server, which other runs and
+services share."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import random
 import sys
-from collections.abc import Sequence
-
-import psycopg
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from bench.chaos.report import print_report
 from bench.chaos.runner import run_chaos
+from harness.localnodes.running import started_pair
 from harness.services import test_services
 from infra.observability.logs import configure_logging
 
 __all__ = ["main"]
 
 
-def _cluster_name(database_url: str) -> str:
-    """Debian's clusters name themselves VERSION/NAME, as pg_ctlcluster wants them."""
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute("SHOW cluster_name").fetchone()
-    return str(row[0]) if row and row[0] else "15/main"
+@contextmanager
+def _own_postgres(db_fault: str) -> Iterator[Callable[[], None] | None]:
+    """For a restart: a PostgreSQL instance of the run's own, which the run's database lives
+    on (`LTM_DATABASE_URL` for the block); its restart, a fast shutdown then a start."""
+    if db_fault != "restart":
+        yield None
+        return
+    with started_pair(standby=False) as pair:
+        instance = pair.primary
+        before = os.environ.get("LTM_DATABASE_URL")
+        os.environ["LTM_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{instance.port}/postgres"
+
+        def restart() -> None:
+            instance.stop()
+            instance.start()
+
+        try:
+            yield restart
+        finally:
+            if before is None:
+                os.environ.pop("LTM_DATABASE_URL", None)
+            else:
+                os.environ["LTM_DATABASE_URL"] = before
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,17 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         "--db-fault",
         choices=["restart", "outage", "none"],
         default="restart",
-        help="restart: PostgreSQL itself, once (every database on the machine); "
-        "outage: this run's database only",
+        help="restart: a PostgreSQL instance of the run's own, restarted once; "
+        "outage: this run's database refuses connections for a while",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--publish-seconds", type=float, default=None)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument(
-        "--pg-cluster",
-        default=None,
-        help="VERSION/NAME for pg_ctlcluster (default: the server's own cluster_name)",
-    )
     return parser
 
 
@@ -64,10 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The in-process gateway's broker connection reports every forced close with a traceback.
     for noisy in ("aiormq", "aio_pika"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
-    with test_services() as services:
-        version, _, cluster = str(
-            args.pg_cluster or _cluster_name(services.database_url)
-        ).partition("/")
+    with _own_postgres(args.db_fault) as restart_database, test_services() as services:
         report = asyncio.run(
             run_chaos(
                 services,
@@ -79,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workers=args.workers,
                 publish_s=args.publish_seconds,
                 seed=seed,
-                pg_cluster=(version, cluster or "main"),
+                restart_database=restart_database,
             )
         )
     return print_report(report, f"chaos run, seed {seed}, worker logs in {report.log_dir}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -39,7 +39,8 @@ class FaultPlan:
     stalls: int = 1
     db_fault: DbFault = "restart"
     outage_s: float = 3.0
-    pg_cluster: tuple[str, str] = ("15", "main")
+    # `restart`'s PostgreSQL: an instance of the run's own, never the machine's.
+    restart_database: Callable[[], None] | None = None
 
 
 def schedule(rng: random.Random, plan: FaultPlan, *, span_s: float) -> list[tuple[float, str]]:
@@ -64,19 +65,18 @@ async def _database_answers(database_url: str) -> bool:
 
 
 async def database_fault(
-    kind: DbFault, database_url: str, *, outage_s: float, pg_cluster: tuple[str, str]
+    kind: DbFault,
+    database_url: str,
+    *,
+    outage_s: float,
+    restart_database: Callable[[], None] | None,
 ) -> None:
-    """`restart`: PostgreSQL itself (every database on the machine). `outage`: this run's
-    database alone refuses connections and loses the open ones for `outage_s`."""
+    """`restart`: the run's own PostgreSQL instance, restarted (`restart_database`); `outage`:
+    this run's database alone refuses connections and loses the open ones for `outage_s`."""
     if kind == "restart":
-        version, cluster = pg_cluster
-        await asyncio.to_thread(
-            subprocess.run,
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart"],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        if restart_database is None:
+            raise RuntimeError("a restart needs a PostgreSQL instance of the run's own")
+        await asyncio.to_thread(restart_database)
     elif kind == "outage":
         await asyncio.to_thread(refuse_connections, database_url, refuse=True)
         try:
@@ -136,7 +136,7 @@ class _Targets:
             plan.db_fault,
             self.services.database_url,
             outage_s=plan.outage_s,
-            pg_cluster=plan.pg_cluster,
+            restart_database=plan.restart_database,
         )
         self.report.db_faults += 1
 

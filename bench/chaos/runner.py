@@ -8,6 +8,7 @@ import random
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -108,7 +109,7 @@ async def run_chaos(
     settle_timeout_s: float = 120.0,
     db_retry_s: float = 1.0,
     outage_s: float = 3.0,
-    pg_cluster: tuple[str, str] = ("15", "main"),
+    restart_database: Callable[[], None] | None = None,
 ) -> ChaosReport:
     """One chaos run on `services` (its database and virtual host), under a prefix of its own."""
     started = time.monotonic()
@@ -134,7 +135,7 @@ async def run_chaos(
         services, settings, settings.topology, scenario, report, logs, shards, settle_timeout_s
     )
     env = worker_env(prefix, scenario.world, db_retry_s=db_retry_s)
-    plan = FaultPlan(kills, broker_closures, stalls, db_fault, outage_s, pg_cluster)
+    plan = FaultPlan(kills, broker_closures, stalls, db_fault, outage_s, restart_database)
     span = publish_s if publish_s is not None else max(10.0, calls / 50)
     await _run_with_faults(run, env, workers=workers, rng=rng, plan=plan, span=span)
     report.duration_s = time.monotonic() - started

@@ -4,8 +4,8 @@ connection of the test run's virtual host, the workers' path to the broker stall
 give it up, and the test database goes away for a few seconds.
 
 The database fault here is an outage of this run's database only (connections refused and the
-open ones ended), not a PostgreSQL restart: a restart would hit every database on the machine,
-other test runs' included. `make chaos` restarts PostgreSQL itself, once.
+open ones ended); `make chaos` restarts a PostgreSQL instance of its own instead, which takes
+the few seconds of an initdb the suite need not spend.
 """
 
 from __future__ import annotations
