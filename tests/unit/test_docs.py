@@ -5,6 +5,7 @@ statuses) are the ones the pages show."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import unicodedata
@@ -270,3 +271,173 @@ def test_the_architecture_says_where_things_happen() -> None:
         "where-each-event-leaves",
         "where-a-message-is-acked-nacked-or-dead-lettered",
     }
+
+
+# What a backticked span names. A repository path: no spaces, at least one `/` or the `.py`
+# of a module (a bare `pg_hba.conf` is the server's file, not the checkout's). A reference: a
+# module's path, a colon, and a top-level name or a class's attribute.
+_CODE_SPAN: Final = re.compile(r"`([^`\n]+)`")
+_PATH: Final = re.compile(r"^[\w.-]+(?:/[\w.-]+)*/?$")
+_REFERENCE: Final = re.compile(
+    r"^(?P<path>[\w./-]+\.py): (?P<name>[A-Za-z_]\w*)(?:\.(?P<attribute>[A-Za-z_]\w*))?$"
+)
+# Spans shaped like paths that are not the repository's, each with why.
+_NOT_REPOSITORY_PATHS: Final = {
+    "application/json": "a MIME type",
+    "http/protobuf": "an OTLP protocol name",
+}
+# Folders that tools write into a checkout, git-ignored: the pages name them and their files.
+_GENERATED_FOLDERS: Final = {
+    ".cluster/": "harness/localnodes's nodes and their state, once started",
+    "deploy/k8s/secrets.sh-output/": "what deploy/k8s/secrets.sh writes, passwords and URLs",
+}
+
+
+def _code_spans(markdown: str) -> Iterator[str]:
+    """The inline code of the page's prose; fenced blocks are commands and examples."""
+    for span in _CODE_SPAN.findall(_FENCED_BLOCK.sub("", markdown)):
+        yield span.strip()
+
+
+def _is_repository_path(span: str) -> bool:
+    if span in _NOT_REPOSITORY_PATHS or span.startswith(("/", "~")):
+        return False  # absolute: a URL path or the machine's, not the checkout's
+    if any(f"{span}/".startswith(folder) for folder in _GENERATED_FOLDERS):
+        return False
+    return bool(_PATH.match(span)) and ("/" in span or span.endswith(".py"))
+
+
+def _checkout_paths() -> set[str]:
+    """Every file and folder of the checkout, relative to it, folders ending in `/`."""
+    paths: set[str] = set()
+    for path in _repository_files():
+        relative = path.relative_to(ROOT)
+        paths.add(relative.as_posix())
+        paths.update(f"{parent.as_posix()}/" for parent in relative.parents if parent.parts)
+    return paths
+
+
+def _resolve(span: str, checkout: set[str]) -> list[str]:
+    """The checkout's paths a span can mean. One that begins with a top-level entry is named
+    from the root; any other is named inside the folder its sentence is about (`tools/`,
+    `inbox.py`), and means each path that ends with it."""
+    wanted = span if span.endswith("/") or f"{span}/" not in checkout else f"{span}/"
+    if span.split("/", 1)[0] in {path.split("/", 1)[0] for path in checkout if "/" in path}:
+        return [wanted] if wanted in checkout else []
+    return sorted(path for path in checkout if path == wanted or path.endswith(f"/{wanted}"))
+
+
+def _defined_names(module: ast.Module) -> dict[str, set[str]]:
+    """A module's top-level names, each with the attributes it defines when it is a class
+    (its body's names and what its methods assign to `self`)."""
+    names: dict[str, set[str]] = {}
+    for statement in _statements(module.body):
+        if isinstance(statement, ast.ClassDef):
+            names[statement.name] = _class_attributes(statement)
+        else:
+            for name in _bound_names(statement):
+                names.setdefault(name, set())
+    return names
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of a body, through `if` and `try` (`if TYPE_CHECKING:`, fallbacks)."""
+    for statement in body:
+        if isinstance(statement, ast.If):
+            yield from _statements(statement.body)
+            yield from _statements(statement.orelse)
+        elif isinstance(statement, ast.Try):
+            for part in (statement.body, statement.orelse, statement.finalbody):
+                yield from _statements(part)
+            for handler in statement.handlers:
+                yield from _statements(handler.body)
+        else:
+            yield statement
+
+
+def _bound_names(statement: ast.stmt) -> Iterator[str]:
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        yield statement.name
+    elif isinstance(statement, ast.Assign):
+        for target in statement.targets:
+            yield from _target_names(target)
+    elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        yield from _target_names(statement.target)
+
+
+def _target_names(target: ast.expr) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            yield from _target_names(element)
+
+
+def _class_attributes(cls: ast.ClassDef) -> set[str]:
+    attributes: set[str] = set()
+    for statement in _statements(cls.body):
+        attributes.update(_bound_names(statement))
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(statement):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    attributes.add(node.attr)
+    return attributes
+
+
+def _missing_reference(span: str, checkout: set[str]) -> str | None:
+    """Why a span that names repository code names nothing, or None when it names something."""
+    reference = _REFERENCE.match(span)
+    if reference is None:
+        if not _is_repository_path(span):
+            return None
+        return None if _resolve(span, checkout) else "no such file or folder"
+    modules = _resolve(reference["path"], checkout)
+    if len(modules) != 1:
+        return "no such module" if not modules else f"which module? {', '.join(modules)}"
+    names = _defined_names(ast.parse((ROOT / modules[0]).read_text(encoding="utf-8")))
+    name, attribute = reference["name"], reference["attribute"]
+    if name not in names:
+        return f"{modules[0]} defines no {name}"
+    if attribute is not None and attribute not in names[name]:
+        return f"{modules[0]}: {name} defines no {attribute}"
+    return None
+
+
+def _missing_references(markdown: str, checkout: set[str]) -> list[str]:
+    return [
+        f"`{span}`: {why}"
+        for span in _code_spans(markdown)
+        if (why := _missing_reference(span, checkout)) is not None
+    ]
+
+
+@pytest.mark.parametrize("page", DOCUMENTATION, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_code_reference_names_what_the_code_has(page: Path) -> None:
+    missing = _missing_references(page.read_text(encoding="utf-8"), _checkout_paths())
+    assert not missing, "\n".join(missing)
+
+
+def test_the_reference_check_recognizes_what_is_missing() -> None:
+    checkout = _checkout_paths()
+    page = (
+        "`worker/runtime/delivery.py`, `deploy/k8s/`, `tools/registry.py`, `inbox.py: CLAIM`,"
+        " `worker/runtime/delivery.py: DeliveryHandler.handle`, `application/json`,"
+        " `ltm/commands/<group>.py`, `http://localhost/x`, `/healthz`, `ltm memory list`,"
+        " `deploy/k8s/secrets.sh-output/discord-token`, `.cluster/localnodes.json`"
+    )
+    assert _missing_references(page, checkout) == []
+    gone = (
+        "`worker/unit_of_work.py`",
+        "`tests/unit/ltm/test_layout.py`",
+        "`tool_call_transaction.py`",
+        "`worker/runtime/delivery.py: DeliveryHandler._no_such_method`",
+        "`worker/core/update.py: check_server_state`",
+        "`outbox.py: NO_SUCH_STATEMENT`",
+    )
+    for span in gone:
+        assert _missing_references(span, checkout), span
