@@ -14,6 +14,13 @@ from typing import Any, Final
 from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
 from contracts.codec import CONTENT_TYPE, EVENT_TYPES, MAX_NESTING, REPLAYED_HEADER
+from contracts.data_requests import (
+    DataRequestCompleted,
+    DataRequestRequested,
+    NoticeRetract,
+    SubjectErased,
+    SubjectExported,
+)
 from contracts.dead_letters import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
@@ -467,6 +474,11 @@ _SUMMARIES: Final[dict[type[Event], str]] = {
     MemoryRestored: "Audit: a memory was put back as it was before a revision.",
     DeadLettersReplayed: "Audit: an operator sent dead-lettered tool calls back to the worker.",
     DeadLettersPurged: "Audit: an operator emptied the dead-letter queue.",
+    DataRequestRequested: "A person's data (or a server's) to export or erase, on request.",
+    DataRequestCompleted: "The answer to a data request: done, with its receipt, or refused.",
+    SubjectExported: "Audit: a person's data was exported (no text).",
+    SubjectErased: "Audit: a person's or a server's data was erased (counts only).",
+    NoticeRetract: "The shard's gateway deletes a notice it posted about an erased memory.",
 }
 
 _EXTRA_HEADERS: Final[dict[type[Event], dict[str, Any]]] = {

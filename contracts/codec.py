@@ -11,6 +11,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, MemoryUpdated
 from contracts.cache import CacheInvalidate
+from contracts.data_requests import (
+    DataRequestCompleted,
+    DataRequestRequested,
+    NoticeRetract,
+    SubjectErased,
+    SubjectExported,
+)
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
 from contracts.operator import DeadLettersPurged, DeadLettersReplayed
@@ -55,6 +62,11 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         MemoryRestored,
         DeadLettersReplayed,
         DeadLettersPurged,
+        DataRequestRequested,
+        DataRequestCompleted,
+        SubjectExported,
+        SubjectErased,
+        NoticeRetract,
     )
 }
 

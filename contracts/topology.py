@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from contracts.data_requests import DATA_REQUEST_ROUTING_KEY, retract_routing_key
+
 __all__ = [
     "CACHE_BINDING_KEY",
     "DEFAULT_PREFIX",
@@ -202,7 +204,7 @@ def topology_declarations(
         bindings=(
             *(
                 Binding(topology.tool_calls_exchange, topology.worker_queue, name)
-                for name in tool_names
+                for name in (*tool_names, DATA_REQUEST_ROUTING_KEY)
             ),
             Binding(topology.dead_letter_exchange, topology.dead_letter_queue, "#"),
             Binding(topology.events_exchange, topology.audit_stream, "#"),
@@ -221,5 +223,6 @@ def shard_declarations(topology: Topology, shard_id: int) -> Declarations:
         bindings=(
             Binding(topology.events_exchange, queue, result_routing_key(shard_id)),
             Binding(topology.events_exchange, queue, embed_routing_key(shard_id)),
+            Binding(topology.events_exchange, queue, retract_routing_key(shard_id)),
         ),
     )

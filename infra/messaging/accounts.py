@@ -130,11 +130,12 @@ def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ..
         read=_exactly_or((t.events_exchange,), gateway_queues),
     )
     bot_topics = (
-        # Its shards' results and embeds, and every invalidation; never the audit events.
+        # Its shards' results, embeds and retractions, and every invalidation; never the audit
+        # events.
         TopicGrant(
             t.events_exchange,
             write=_NOTHING,
-            read=r"^(?:(?:result|embed)\.shard\.\d+|cache\.#)$",
+            read=r"^(?:(?:result|embed|retract)\.shard\.\d+|cache\.#)$",
         ),
     )
     operator = Grant(
