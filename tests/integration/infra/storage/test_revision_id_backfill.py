@@ -43,12 +43,12 @@ def test_each_memory_takes_its_latest_revision_of_its_own_scope(services: TestSe
             connection.execute(SEED)
         command.upgrade(config, "0007")
         with psycopg.connect(url) as connection:
-            server = dict(
+            server: dict[int, int] = dict(
                 connection.execute(
                     "SELECT server_memory_id, revision_id FROM server_memories"
                 ).fetchall()
             )
-            personal = dict(
+            personal: dict[int, int] = dict(
                 connection.execute(
                     "SELECT personal_memory_id, revision_id FROM personal_memories"
                 ).fetchall()
