@@ -30,6 +30,11 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    as in 3, then `tracing_off_p99_ms` / `tracing_on_p99_ms` at the latency run's rate): the
    traced worker exports every span over OTLP/HTTP to an endpoint of the bench's own that
    drops them (`bench.span_sink`), so that its cost is the whole of tracing on.
+5d. Updates carrying `context.seen` of 25 entries (the target at its current revision, so
+   that each applies) against the same updates without, side by side (`seen_25_tps` /
+   `none_tps` and `seen_25_vs_none_throughput` in paired rounds as in 3, then `seen_25_p50_ms`
+   … `none_p99_ms` at the latency run's rate): what the comparison of the revision the LLM
+   was shown costs an update.
 6. `cost_1m_vs_10k`: time per call with 1M stored memories over time per call with 10k,
    the 1M in a second database, the two taking turns in rounds as in 3 (the median).
 6b. Scaling (`bench.scaling`): `scaling_tps` with 1, 2 and 4 workers (`--scaling-workers`) on
@@ -85,6 +90,7 @@ from bench.system import Bench, RunFigure, latency_run, throughput_run
 from bench.workers import answered_by, run_timeout, start_worker, worker_latency, worker_run
 from bench.world import (
     CallMaker,
+    SeenUpdates,
     creations_of,
     grow_memories,
     memory_count,
@@ -102,6 +108,8 @@ from infra.storage.database import drop_database, migrate, with_database_name
 __all__ = ["Config", "main", "render_table", "run_bench"]
 
 RESULTS_PATH = Path(__file__).with_name("results.json")
+# The memories a seen-carrying update names (`seen` phase): a context's 25 server memories.
+_SEEN_ENTRIES: Final = 25
 # Every consumer measured (the worker, the broker loop, the peer) takes as many calls at once.
 _WORKER_PREFETCH: Final = Settings().prefetch
 # In the order they run; the sample phase always runs, since the others replay its events.
@@ -113,6 +121,7 @@ PHASES: Final = (
     "prepublished",
     "latency",
     "tracing",
+    "seen",
     "create_throughput",
     "create_latency",
     "cost_1m_vs_10k",
@@ -571,6 +580,40 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 if sink.requests == 0:
                     raise RuntimeError("the traced workers exported no span")
 
+        if phases.wanted("seen"):
+            async with phases.phase("seen"):
+                seen_updates = SeenUpdates(url, targets, entries=_SEEN_ENTRIES)
+                rounds = await paired_rounds(
+                    config.rounds,
+                    ("seen_25", fresh_workers("seen", seen_updates)),
+                    ("none", fresh_workers("unseen", updates)),
+                    lambda run: f"({run['seen_25'].failures} of seen_25 not updated)",
+                )
+                details["seen_rounds"] = rounds
+                results["seen_25_tps"] = round(median(r["seen_25"]["tps"] for r in rounds), 1)
+                results["none_tps"] = round(median(r["none"]["tps"] for r in rounds), 1)
+                results["seen_25_vs_none_throughput"] = round(median(r["ratio"] for r in rounds), 3)
+                seen_latencies: dict[str, dict[str, Any]] = {}
+                for label, makes in (("seen_25", seen_updates), ("none", updates)):
+                    latency, peak = await worker_latency(
+                        bench,
+                        makes,
+                        f"worker-latency-{label}",
+                        rate=config.latency_rate,
+                        seconds=config.latency_seconds,
+                        warmup=config.warmup,
+                    )
+                    rss.append(peak)
+                    seen_latencies[label] = latency.as_dict()
+                    results[f"{label}_p50_ms"] = round(latency.p50_ms, 2)
+                    results[f"{label}_p99_ms"] = round(latency.p99_ms, 2)
+                    say(
+                        f"  {label} at {latency.offered_rate:.0f}/s: "
+                        f"p50 {latency.p50_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms"
+                        f" ({latency.failures} not updated)"
+                    )
+                details["seen_latency"] = seen_latencies
+
         if phases.wanted("create_throughput"):
             async with phases.phase("create_throughput"):
                 assert creations is not None
@@ -868,6 +911,30 @@ def render_table(results: dict[str, Any]) -> str:
             "",
         ),
         ("tracing_on_vs_off (throughput)", _fmt(results.get("tracing_on_vs_off")), "", ""),
+        (
+            "seen 25 | none: throughput",
+            f"{_fmt(results.get('seen_25_tps'))} | {_fmt(results.get('none_tps'), ' /s')}",
+            "",
+            "",
+        ),
+        (
+            "seen_25_vs_none_throughput",
+            _fmt(results.get("seen_25_vs_none_throughput")),
+            "",
+            "",
+        ),
+        (
+            "seen 25 | none: p50",
+            f"{_fmt(results.get('seen_25_p50_ms'))} | {_fmt(results.get('none_p50_ms'), ' ms')}",
+            "",
+            "",
+        ),
+        (
+            "seen 25 | none: p99",
+            f"{_fmt(results.get('seen_25_p99_ms'))} | {_fmt(results.get('none_p99_ms'), ' ms')}",
+            "",
+            "",
+        ),
         (
             "tracing off | on: p50",
             f"{_fmt(results.get('tracing_off_p50_ms'))} | "

@@ -31,6 +31,7 @@ __all__ = [
     "CREATE_SERVERS_FROM",
     "CallMaker",
     "CreateTarget",
+    "SeenUpdates",
     "Target",
     "call_line",
     "content_for",
@@ -299,6 +300,42 @@ def updates_of(targets: Sequence[Target]) -> CallMaker:
     return lambda tool_call_id, number: tool_call(
         targets[number % len(targets)], tool_call_id, content_for(number)
     )
+
+
+class SeenUpdates:
+    """Updates of the targets in turn, as `updates_of` makes them, each carrying a
+    `context.seen` of `entries` memories, as a bot that rendered a listing of that many does:
+    the target at its current revision (so that the update applies) and the next targets.
+
+    The revisions are read again when a new run's calls are made (the first call of each run,
+    named `<run>:<i>`): every run's calls are made before it is published, and a run updates
+    each target once, so that each call is built on the revision its target has then.
+    """
+
+    def __init__(self, url: str, targets: Sequence[Target], *, entries: int) -> None:
+        self._url = url
+        self._targets = targets
+        self._entries = entries
+        self._run: str | None = None
+        self._revisions: dict[int, int] = {}
+
+    def __call__(self, tool_call_id: str, number: int) -> ToolCallRequested:
+        run = tool_call_id.rpartition(":")[0]
+        if run != self._run:
+            self._run, self._revisions = run, self._read_revisions()
+        shown = [self._targets[(number + k) % len(self._targets)] for k in range(self._entries)]
+        call = tool_call(shown[0], tool_call_id, content_for(number))
+        seen = {str(t.memory_id): self._revisions.get(t.memory_id, 0) for t in shown}
+        return call.model_copy(update={"context": call.context.model_copy(update={"seen": seen})})
+
+    def _read_revisions(self) -> dict[int, int]:
+        with psycopg.connect(self._url, autocommit=True) as connection:
+            rows = connection.execute(
+                "SELECT server_memory_id, revision_id FROM server_memories"
+                " WHERE server_memory_id = ANY(%s)",
+                ([target.memory_id for target in self._targets],),
+            ).fetchall()
+        return {int(memory_id): int(revision_id) for memory_id, revision_id in rows}
 
 
 def creations_of(targets: Sequence[CreateTarget]) -> CallMaker:

@@ -68,6 +68,7 @@ from contracts.results import MemoryFallback, MemoryScope, ResultData, ToolCallC
 from contracts.statuses import CREATE_STATUSES, UPDATE_STATUSES, MemoryStatus, ToolStatuses
 from contracts.tool_calls import (
     CREATE_LONG_TERM_MEMORY,
+    MAX_SEEN,
     REMEMBER_THIS_FACT,
     TOOL_NAMES,
     UPDATE_LONG_TERM_MEMORY,
@@ -119,6 +120,7 @@ __all__ = [
     "DELETE_COLOR",
     "EVENT_TYPES",
     "GLOBAL_LINEAGE",
+    "MAX_SEEN",
     "OFFERED_TOOLS",
     "REMEMBER_THIS_FACT",
     "REPLAYED_HEADER",

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import StringConstraints
 
-__all__ = ["DiscordId", "ParticipantId", "ToolCallId", "is_matrix_id"]
+__all__ = ["DiscordId", "MemoryIdKey", "ParticipantId", "ToolCallId", "is_matrix_id"]
 
 # Discord ids travel as JSON strings of digits: JavaScript peers lose precision on numbers.
 DiscordId = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,20}$")]
@@ -15,6 +15,9 @@ DiscordId = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,20}
 ParticipantId = Annotated[
     str, StringConstraints(strict=True, pattern=r"^(?:[0-9]{1,20}|@[^:\s]+:\S+)$")
 ]
+
+# A memory id as a JSON object's key: a string of digits.
+MemoryIdKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,20}$")]
 
 ToolCallId = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=200)]
 

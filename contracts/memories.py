@@ -50,6 +50,9 @@ class StoredMemory(BaseModel):
     created_at: AwareDatetime
     updated_at: AwareDatetime
     persona_lineage_id: int
+    # Its latest `memory_revisions` row; 0 when it has none (seeded or imported). A bot passes
+    # it back as the call's `context.seen`, so that an update built on an older text is refused.
+    revision_id: int = 0
 
     @field_serializer("created_at", "updated_at")
     def _rfc3339(self, value: datetime) -> str:

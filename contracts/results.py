@@ -32,7 +32,11 @@ class ResultData(BaseModel):
     fallback: MemoryFallback | None = None
     current_count: int | None = None
     max_allowed: int | None = None
-    # Why a failure happened, where its status alone does not say (`tool_call_id_reused`).
+    # A conflict: the memory as it is now, which the LLM was not shown.
+    current_revision_id: int | None = None
+    current_content: str | None = None
+    # Why a failure happened, where its status alone does not say (`tool_call_id_reused`,
+    # `deleted_since_shown`).
     reason: str | None = None
 
     @model_serializer(mode="wrap")

@@ -25,6 +25,7 @@ class MemoryStatus(StrEnum):
     INVALID_CONTENT = "memory_update_failed_invalid_content"
     INTERNAL_ERROR = "memory_update_failed_internal_error"
     FORBIDDEN = "memory_update_failed_forbidden"
+    CONFLICT = "memory_update_failed_conflict"
 
     # create_long_term_memory (and its legacy name remember_this_fact)
     SAVED = "memory_saved_successfully"

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt
 
 from contracts.envelope import Event
-from contracts.ids import DiscordId, ParticipantId, ToolCallId
+from contracts.ids import DiscordId, MemoryIdKey, ParticipantId, ToolCallId
 
 __all__ = [
     "CREATE_LONG_TERM_MEMORY",
     "MAX_ALIASES",
     "MAX_PARTICIPANTS",
+    "MAX_REVISION_ID",
+    "MAX_SEEN",
     "REMEMBER_THIS_FACT",
     "TOOL_NAMES",
     "UPDATE_LONG_TERM_MEMORY",
@@ -33,6 +35,17 @@ TOOL_NAMES: Final = (UPDATE_LONG_TERM_MEMORY, CREATE_LONG_TERM_MEMORY, REMEMBER_
 # conversation, low enough that resolving a name over them stays cheap.
 MAX_PARTICIPANTS: Final = 500
 MAX_ALIASES: Final = 50
+# What a conversation's context shows of memories: 25 server memories and 25 per person by
+# default, so 500 leaves room for twenty people.
+MAX_SEEN: Final = 500
+# Revision ids are bigints (`memory_revisions.revision_id`): a larger one names none.
+MAX_REVISION_ID: Final = 2**63 - 1
+
+# memory id (as a string) -> the revision_id of the memory the LLM was shown (0: none).
+SeenRevisions = Annotated[
+    dict[MemoryIdKey, Annotated[int, Field(ge=0, le=MAX_REVISION_ID)]],
+    Field(max_length=MAX_SEEN, json_schema_extra={"additionalProperties": False}),
+]
 
 
 class Participant(BaseModel):
@@ -61,6 +74,19 @@ class ToolCallContext(BaseModel):
     # Set by the bot from the triggerer's Discord permissions; under the edit policy
     # `teacher_or_manager`, a manager may change any memory of the server.
     triggerer_is_manager: bool = False
+    # The memories the LLM was shown in this conversation, with their revisions: an update
+    # or delete of one that changed since is refused (docs/behaviour.md, "What the LLM saw").
+    seen: SeenRevisions | None = None
+
+    def seen_revision(self, memory_id: int) -> int | None:
+        """The revision of `memory_id` the LLM was shown; None when it was not shown it.
+
+        Keys are read as numbers, so "041" names memory 41 as "41" does.
+        """
+        if not self.seen:
+            return None
+        by_id = {int(key): revision for key, revision in self.seen.items()}
+        return by_id.get(memory_id)
 
     @property
     def server_disc_id(self) -> str:

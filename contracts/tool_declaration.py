@@ -46,7 +46,10 @@ TOOL_DESCRIPTION: Final = (
     "Replace or delete one of your long-term memories, shown to you as ID:N. "
     "Give the new text in memory_content, or an empty string (or only white space) to "
     "delete it; text of only invisible characters, such as zero-width spaces, is refused. "
-    "For a memory about a person, give target_user: their name as seen in the chat."
+    "For a memory about a person, give target_user: their name as seen in the chat. "
+    "If the memory changed since it was shown to you, nothing is changed and the answer "
+    "gives what it says now: decide again from that text, and call again only if it still "
+    "needs a change."
 )
 
 TOOL_PARAMETERS: Final[dict[str, Any]] = {

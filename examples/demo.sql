@@ -31,18 +31,19 @@ INSERT INTO guild_members (server_id, user_disc_id, display_name, global_name, u
     SET display_name = EXCLUDED.display_name, global_name = EXCLUDED.global_name,
         username = EXCLUDED.username, is_bot = false;
 
--- Re-created when a call deleted them.
+-- Re-created when a call deleted them, without revisions (their history is deleted below).
 INSERT INTO server_memories (server_memory_id, server_id, persona_id, persona_lineage_id, content)
     VALUES (24, 900001, 900001, 7, 'The server''s movie night is on Fridays.')
     ON CONFLICT (server_memory_id) DO UPDATE
     SET persona_id = EXCLUDED.persona_id, persona_lineage_id = EXCLUDED.persona_lineage_id,
-        user_id = NULL, content = EXCLUDED.content, tags = '{}', updated_at = now()
+        user_id = NULL, content = EXCLUDED.content, tags = '{}', updated_at = now(),
+        revision_id = 0
     WHERE server_memories.server_id = EXCLUDED.server_id;
 INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
     VALUES (25, 900002, 7, '{user} is learning the violin.')
     ON CONFLICT (personal_memory_id) DO UPDATE
     SET persona_lineage_id = EXCLUDED.persona_lineage_id, content = EXCLUDED.content,
-        tags = '{}', updated_at = now()
+        tags = '{}', updated_at = now(), revision_id = 0
     WHERE personal_memories.user_id = EXCLUDED.user_id;
 
 -- What the create examples saved (the demo server's memories of the persona, and Bob's and

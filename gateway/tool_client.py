@@ -21,6 +21,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange
 
 from contracts import (
+    MAX_SEEN,
+    MemoryListing,
     Participant,
     ToolCallCompleted,
     ToolCallContext,
@@ -41,6 +43,7 @@ __all__ = [
     "ToolClient",
     "ToolClientUnavailable",
     "decode_tool_arguments",
+    "seen_revisions",
     "timeout_answer",
     "unavailable_answer",
 ]
@@ -112,6 +115,10 @@ class MessageContext:
     # From the triggerer's Discord permissions (e.g. Manage Server): under the edit policy
     # `teacher_or_manager`, a manager may change any memory of the server.
     triggerer_is_manager: bool = False
+    # What the LLM was shown of memories in this conversation: the listing the reader
+    # returned (`gateway.memories`), or memory id -> revision_id. An update of one of them
+    # that changed since is refused with what it says now (`memory_update_failed_conflict`).
+    seen: MemoryListing | Mapping[int | str, int] | None = None
 
     def to_contract(self) -> ToolCallContext:
         return ToolCallContext(
@@ -124,7 +131,30 @@ class MessageContext:
             locale=self.locale,
             participants=tuple(self.participants),
             triggerer_is_manager=self.triggerer_is_manager,
+            seen=seen_revisions(self.seen),
         )
+
+
+def seen_revisions(seen: MemoryListing | Mapping[int | str, int] | None) -> dict[str, int] | None:
+    """`context.seen` of what the LLM was shown: each memory's id and revision.
+
+    A listing larger than the contract takes keeps its first entries (the server memories,
+    newest first, then each person's): the others are updated as if not shown, rather than
+    the whole call refused.
+    """
+    if seen is None:
+        return None
+    if isinstance(seen, MemoryListing):
+        memories = [*seen.server, *(m for ms in seen.personal.values() for m in ms)]
+        pairs: list[tuple[int | str, int]] = [(m.memory_id, m.revision_id) for m in memories]
+    else:
+        pairs = list(seen.items())
+    revisions: dict[str, int] = {}
+    for memory_id, revision_id in pairs:
+        if len(revisions) == MAX_SEEN:
+            break
+        revisions.setdefault(str(int(memory_id)), revision_id)
+    return revisions
 
 
 class ToolClient:

@@ -10,7 +10,7 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from infra.storage.revisions import REVISION_INSERT
+from infra.storage.revisions import REVISION_INSERT, REVISION_INSERT_WITH_ID
 from worker.core.restore import Remove, Unchanged, plan_restore
 
 __all__ = [
@@ -60,7 +60,8 @@ _HISTORY: Final = text(
 _REVISION: Final = text("SELECT * FROM memory_revisions WHERE revision_id = :revision_id")
 
 # Writes the content back under the memory's own id, re-creating a deleted row, with a revision
-# of what it replaced; `_CURRENT_CONTENT` locked that row (or found none) just before.
+# of what it replaced, whose id (taken first) the row keeps; `_CURRENT_CONTENT` locked that
+# row (or found none) just before.
 _CURRENT_CONTENT: Final = {
     "server_wide": text(
         "SELECT content FROM server_memories WHERE server_memory_id = :memory_id FOR UPDATE"
@@ -71,16 +72,23 @@ _CURRENT_CONTENT: Final = {
 }
 _RESTORE_SERVER_MEMORY: Final = text(
     f"""
-    WITH restored AS (
-        INSERT INTO server_memories (server_memory_id, server_id, persona_lineage_id, content)
-        VALUES (:memory_id, :server_id, :persona_lineage_id, :content)
+    WITH new_revision AS (
+        SELECT nextval(pg_get_serial_sequence('memory_revisions', 'revision_id')) AS revision_id
+    ), restored AS (
+        INSERT INTO server_memories
+            (server_memory_id, server_id, persona_lineage_id, content, revision_id)
+        VALUES (
+            :memory_id, :server_id, :persona_lineage_id, :content,
+            (SELECT revision_id FROM new_revision)
+        )
         ON CONFLICT (server_memory_id)
-        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
+        DO UPDATE SET content = EXCLUDED.content, updated_at = now(),
+                      revision_id = EXCLUDED.revision_id
         RETURNING server_memory_id
     ), revision AS (
-        {REVISION_INSERT}
-        SELECT 'server_wide', server_memory_id, 'restored',
-               :content_before, :content, :server_id, NULL,
+        {REVISION_INSERT_WITH_ID}
+        SELECT (SELECT revision_id FROM new_revision), 'server_wide', server_memory_id,
+               'restored', :content_before, :content, :server_id, NULL,
                :persona_lineage_id, :actor, :tool_call_id, now()
         FROM restored
         RETURNING *
@@ -93,16 +101,23 @@ _RESTORE_SERVER_MEMORY: Final = text(
 
 _RESTORE_PERSONAL_MEMORY: Final = text(
     f"""
-    WITH restored AS (
-        INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
-        VALUES (:memory_id, :owner_user_id, :persona_lineage_id, :content)
+    WITH new_revision AS (
+        SELECT nextval(pg_get_serial_sequence('memory_revisions', 'revision_id')) AS revision_id
+    ), restored AS (
+        INSERT INTO personal_memories
+            (personal_memory_id, user_id, persona_lineage_id, content, revision_id)
+        VALUES (
+            :memory_id, :owner_user_id, :persona_lineage_id, :content,
+            (SELECT revision_id FROM new_revision)
+        )
         ON CONFLICT (personal_memory_id)
-        DO UPDATE SET content = EXCLUDED.content, updated_at = now()
+        DO UPDATE SET content = EXCLUDED.content, updated_at = now(),
+                      revision_id = EXCLUDED.revision_id
         RETURNING personal_memory_id
     ), revision AS (
-        {REVISION_INSERT}
-        SELECT 'target_user', personal_memory_id, 'restored',
-               :content_before, :content, :server_id,
+        {REVISION_INSERT_WITH_ID}
+        SELECT (SELECT revision_id FROM new_revision), 'target_user', personal_memory_id,
+               'restored', :content_before, :content, :server_id,
                :owner_user_id, :persona_lineage_id, :actor, :tool_call_id, now()
         FROM restored
         RETURNING *

@@ -22,6 +22,7 @@ from worker.core.model import (
     DirectoryMember,
     ForbiddenWrite,
     MemoryWrite,
+    StaleWrite,
     StoredUser,
     WrittenMemory,
 )
@@ -76,9 +77,10 @@ class MemoryWrites(Protocol):
 
     async def apply(
         self, writes: Sequence[PlannedWrite]
-    ) -> list[WrittenMemory | ForbiddenWrite | None]:
-        """The writes with their revisions, in order; None where no memory matched, and
-        ForbiddenWrite where the edit policy kept the matched memory from the actor."""
+    ) -> list[WrittenMemory | ForbiddenWrite | StaleWrite | None]:
+        """The writes with their revisions, in order; None where no memory matched,
+        ForbiddenWrite where the edit policy kept the matched memory from the actor, and
+        StaleWrite where it changed since the revision the LLM was shown (`context.seen`)."""
         ...
 
     async def in_other_scope(self, write: MemoryWrite, *, participant_ids: Sequence[str]) -> bool:

@@ -37,6 +37,7 @@ _SERVER_MEMORIES: Final = (
         server_memories.c.created_at,
         server_memories.c.updated_at,
         server_memories.c.persona_lineage_id,
+        server_memories.c.revision_id,
         users.c.user_disc_id.label("teacher_id"),
     )
     .select_from(
@@ -57,6 +58,7 @@ _PERSONAL_MEMORIES: Final = (
         personal_memories.c.created_at,
         personal_memories.c.updated_at,
         personal_memories.c.persona_lineage_id,
+        personal_memories.c.revision_id,
     )
     .select_from(personal_memories.join(users, users.c.user_id == personal_memories.c.user_id))
     .where(users.c.user_disc_id == any_(bindparam("user_ids", type_=ARRAY(Text))))
@@ -71,6 +73,7 @@ def _stored(row: Any) -> dict[str, Any]:
         "created_at": row.created_at.astimezone(UTC),
         "updated_at": row.updated_at.astimezone(UTC),
         "persona_lineage_id": row.persona_lineage_id,
+        "revision_id": row.revision_id,
     }
 
 

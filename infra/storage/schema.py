@@ -86,6 +86,12 @@ def _timestamp(name: str, *, nullable: bool = False, now: bool = False) -> Colum
     )
 
 
+def _latest_revision() -> Column[int]:
+    """A memory's latest `memory_revisions.revision_id`, 0 when it has none: set by every
+    write of the row, and compared by an update with the revision the LLM was shown."""
+    return Column("revision_id", BigInteger, nullable=False, server_default=text("0"))
+
+
 servers: Final = Table(
     "servers",
     metadata,
@@ -182,6 +188,7 @@ server_memories: Final = Table(
     Column("tags", ARRAY(Text), nullable=False, server_default=_NO_TAGS),
     _timestamp("created_at", now=True),
     _timestamp("updated_at", now=True),
+    _latest_revision(),
     Index("server_memories_scope_idx", "server_id", "persona_lineage_id"),
 )
 
@@ -202,6 +209,7 @@ personal_memories: Final = Table(
     Column("tags", ARRAY(Text), nullable=False, server_default=_NO_TAGS),
     _timestamp("created_at", now=True),
     _timestamp("updated_at", now=True),
+    _latest_revision(),
     Index("personal_memories_scope_idx", "user_id", "persona_lineage_id"),
 )
 

@@ -1,13 +1,18 @@
 """A gateway process that reads memories when asked: a bot's side of reading back, for tests.
 
-`python -m tests.support.gateway_reader`, with the `LTM_*` settings of the test run, runs a
-`Gateway` (no shards: it only consumes invalidations) and talks JSON, one object a line:
+`python -m tests.support.gateway_reader [SHARD SHARD_COUNT]`, with the `LTM_*` settings of
+the test run, runs a `Gateway` (without a shard it only consumes invalidations; with one it
+also makes tool calls for it, its embeds printed to stderr) and talks JSON, one object a line:
 
 - stdout `{"ready": INSTANCE}` once it consumes invalidations;
 - stdout `{"invalidated": [CACHE, KEY]}` for each invalidation it receives;
 - stdin `{"server": ID, "persona": ID, "users": [ID, ...]}` asks for a read through
-  `gateway.memories`; stdout answers `{"server_lines": [...], "personal_lines": {ID: [...]}}`
-  or `{"error": "..."}`.
+  `gateway.memories`; stdout answers `{"server_lines": [...], "personal_lines": {ID: [...]},
+  "revisions": {ID: REVISION}}` or `{"error": "..."}`;
+- stdin `{"call": {"tool_call_id", "arguments", "context": {...}}}` makes an
+  `update_long_term_memory` call through `gateway.tool_client`, `context` the
+  `MessageContext` fields but the shard, with `seen` the listing of its last read, as a bot
+  that rendered that listing into the conversation does; stdout answers `{"answer": {...}}`.
 
 It stops at the end of its stdin. `GatewayReader` is the test's side of it.
 """
@@ -22,8 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from contracts import CacheName
-from gateway import ConsoleSender, Gateway
+from contracts import UPDATE_LONG_TERM_MEMORY, CacheName, MemoryListing, Participant
+from gateway import ConsoleSender, Gateway, MessageContext
+from gateway.tool_client import seen_revisions
 from harness.services import TestServices
 from harness.waiting import eventually
 from infra.observability.logs import configure_logging
@@ -38,15 +44,41 @@ def _say(message: dict[str, Any]) -> None:
     print(json.dumps(message), flush=True)
 
 
-async def _serve() -> None:
+async def _serve(shard: tuple[int, int] | None) -> None:
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)  # logs go to stderr
-    gateway = Gateway(settings, sender=ConsoleSender())
+    gateway = Gateway(
+        settings,
+        sender=ConsoleSender(sys.stderr),
+        shards=None if shard is None else (shard[0],),
+        shard_count=None if shard is None else shard[1],
+    )
     gateway.caches.add_listener(lambda cache, key: _say({"invalidated": [cache, key]}))
+    last_read: MemoryListing | None = None
     async with gateway:
         _say({"ready": gateway.instance})
         while line := await asyncio.to_thread(sys.stdin.readline):
             request = json.loads(line)
+            if "call" in request:
+                assert shard is not None, "a reader without a shard makes no calls"
+                call = request["call"]
+                context = call["context"]
+                participants = [
+                    Participant.model_validate_json(json.dumps(p)) for p in context["participants"]
+                ]
+                answer = await gateway.tool_client.call(
+                    call["tool_call_id"],
+                    UPDATE_LONG_TERM_MEMORY,
+                    call["arguments"],
+                    MessageContext(
+                        **{**context, "participants": participants},
+                        shard_id=shard[0],
+                        seen=last_read,
+                    ),
+                    timeout_s=20,
+                )
+                _say({"answer": answer})
+                continue
             try:
                 listing = await gateway.memories.read(
                     request["server"], request["persona"], request["users"]
@@ -54,12 +86,14 @@ async def _serve() -> None:
             except LookupError as error:
                 _say({"error": str(error)})
                 continue
+            last_read = listing
             _say(
                 {
                     "server_lines": listing.server_lines(),
                     "personal_lines": {
                         user_id: listing.personal_lines(user_id) for user_id in listing.personal
                     },
+                    "revisions": seen_revisions(listing),
                 }
             )
 
@@ -67,8 +101,12 @@ async def _serve() -> None:
 class GatewayReader:
     """A `tests.support.gateway_reader` process: asks it to read, and hears what it heard."""
 
-    def __init__(self, services: TestServices, log_path: Path) -> None:
+    def __init__(
+        self, services: TestServices, log_path: Path, *, shard: tuple[int, int] | None = None
+    ) -> None:
+        """`shard`: (shard, shard count) for a reader that also makes tool calls."""
         self._services = services
+        self._shard = shard
         self._log_path = log_path
         self._log: IO[bytes] | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -83,6 +121,7 @@ class GatewayReader:
             sys.executable,
             "-m",
             "tests.support.gateway_reader",
+            *(() if self._shard is None else (str(self._shard[0]), str(self._shard[1]))),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=self._log,
@@ -124,6 +163,20 @@ class GatewayReader:
         self._process.stdin.write(json.dumps(request).encode() + b"\n")
         await self._process.stdin.drain()
         return await asyncio.wait_for(self._answers.get(), timeout)
+
+    async def call(
+        self, tool_call_id: str, arguments: dict[str, Any], context: dict[str, Any]
+    ) -> dict[str, Any]:
+        """An update through its gateway's tool client, built on its last read; the answer
+        the LLM would see."""
+        assert self._process is not None and self._process.stdin is not None
+        request = {
+            "call": {"tool_call_id": tool_call_id, "arguments": arguments, "context": context}
+        }
+        self._process.stdin.write(json.dumps(request).encode() + b"\n")
+        await self._process.stdin.drain()
+        answer = await asyncio.wait_for(self._answers.get(), 30.0)
+        return dict(answer["answer"])
 
     async def heard(self, cache: CacheName, key: str) -> None:
         """Until its gateway has received that invalidation."""
@@ -168,4 +221,5 @@ class GatewayReader:
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve())
+    arguments = [int(argument) for argument in sys.argv[1:3]]
+    asyncio.run(_serve((arguments[0], arguments[1]) if arguments else None))

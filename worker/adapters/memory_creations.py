@@ -77,8 +77,9 @@ _NEW_IDS: Final = psycopg_sql(
     """
 )
 
-# The batch's new memories and their `created` revisions (content_before ''); the teacher of
-# a server memory is the triggerer's users row, when there is one.
+# The batch's new memories and their `created` revisions (content_before ''), each row with
+# its revision's id; the teacher of a server memory is the triggerer's users row, when there
+# is one.
 _CREATE: Final = psycopg_sql(
     f"""
     WITH input AS (
@@ -89,13 +90,16 @@ _CREATE: Final = psycopg_sql(
         )
     ), server_created AS (
         INSERT INTO server_memories
-            (server_memory_id, server_id, persona_id, persona_lineage_id, user_id, content)
-        SELECT i.memory_id, i.server_id, i.persona_id, i.lineage, teacher.user_id, i.content
+            (server_memory_id, server_id, persona_id, persona_lineage_id, user_id, content,
+             revision_id)
+        SELECT i.memory_id, i.server_id, i.persona_id, i.lineage, teacher.user_id, i.content,
+               i.revision_id
         FROM input AS i LEFT JOIN users AS teacher ON teacher.user_disc_id = i.actor
         WHERE i.scope = 'server_wide'
     ), personal_created AS (
-        INSERT INTO personal_memories (personal_memory_id, user_id, persona_lineage_id, content)
-        SELECT memory_id, owner_user_id, lineage, content FROM input
+        INSERT INTO personal_memories
+            (personal_memory_id, user_id, persona_lineage_id, content, revision_id)
+        SELECT memory_id, owner_user_id, lineage, content, revision_id FROM input
         WHERE scope = 'target_user'
     )
     {REVISION_INSERT_WITH_ID}

@@ -14,11 +14,15 @@ __all__ = [
     "arguments_not_object",
     "bot_target",
     "bridge_user_target",
+    "changed_since_shown_personal",
+    "changed_since_shown_server",
     "content_has_nul",
     "content_not_visible",
     "content_too_long",
     "create_arguments_not_object",
     "database_unavailable",
+    "deleted_since_shown_personal",
+    "deleted_since_shown_server",
     "disabled",
     "dm_other_user",
     "duplicate_memory",
@@ -242,6 +246,41 @@ def forbidden_personal(memory_id: int, label: str) -> str:
     return (
         f'Personal memory ID:{memory_id} about "{label}" can be changed only by "{label}" or '
         "someone who manages this server; leave it as it is, or ask one of them."
+    )
+
+
+# Step 8, a memory the LLM was shown (`context.seen`) that changed or went since: the text
+# is quoted as stored, since it is what the LLM decides on again.
+
+
+def changed_since_shown_server(memory_id: int, current_content: str) -> str:
+    return (
+        f"Server memory ID:{memory_id} was changed since it was shown to you, so nothing was "
+        f'changed; it now says "{current_content}": decide again from this text, and call '
+        "again only if it still needs a change."
+    )
+
+
+def changed_since_shown_personal(memory_id: int, label: str, current_content: str) -> str:
+    return (
+        f'Personal memory ID:{memory_id} about "{label}" was changed since it was shown to '
+        f'you, so nothing was changed; it now says "{current_content}": decide again from '
+        "this text, and call again only if it still needs a change."
+    )
+
+
+def deleted_since_shown_server(memory_id: int) -> str:
+    return (
+        f"Server memory ID:{memory_id} was deleted since it was shown to you, so nothing was "
+        "changed; save it again as a new memory if it is still worth keeping."
+    )
+
+
+def deleted_since_shown_personal(memory_id: int, label: str) -> str:
+    return (
+        f'Personal memory ID:{memory_id} about "{label}" was deleted since it was shown to '
+        "you, so nothing was changed; save it again as a new memory if it is still worth "
+        "keeping."
     )
 
 

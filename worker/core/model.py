@@ -19,6 +19,7 @@ __all__ = [
     "Resolution",
     "ResolvedUser",
     "ServerState",
+    "StaleWrite",
     "StoredUser",
     "UpdateArguments",
     "WrittenMemory",
@@ -122,6 +123,9 @@ class MemoryWrite:
     # The edit policy lets the triggerer change the memory only if it taught or owns it:
     # checked by the statement that matches and writes the row.
     only_own: bool = False
+    # The revision of the memory the LLM was shown (`context.seen`), None when it was not
+    # shown it: the statement writes only while the row is still at that revision.
+    seen_revision_id: int | None = None
 
     @property
     def is_delete(self) -> bool:
@@ -140,3 +144,12 @@ class WrittenMemory:
 @dataclass(frozen=True, slots=True)
 class ForbiddenWrite:
     """The write matched a memory in scope, which the edit policy kept from this triggerer."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaleWrite:
+    """The write matched a memory that changed since the LLM was shown it: nothing written.
+    The memory as it is now (content as stored)."""
+
+    current_revision_id: int
+    current_content: str

@@ -23,6 +23,7 @@ from worker.core.model import (
     Resolution,
     ResolvedUser,
     ServerState,
+    StaleWrite,
     StoredUser,
     UpdateArguments,
     WrittenMemory,
@@ -30,9 +31,11 @@ from worker.core.model import (
 from worker.core.resolve import is_current_member
 
 __all__ = [
+    "DELETED_SINCE_SHOWN",
     "MAX_MEMORY_ID",
     "TARGET_USER_ARGUMENTS",
     "WrongType",
+    "changed_since_shown",
     "check_update_owner",
     "check_update_server_state",
     "check_update_target",
@@ -46,6 +49,9 @@ __all__ = [
 
 # The largest integer every JSON peer (JavaScript included) represents exactly.
 MAX_MEMORY_ID: Final = 2**53 - 1
+
+# `data.reason` of a not-found memory that the LLM was shown (`context.seen`).
+DELETED_SINCE_SHOWN: Final = "deleted_since_shown"
 
 # `target_user` first, then the legacy names, in the order they are read.
 TARGET_USER_ARGUMENTS: Final = ("target_user", "target_user_nickname", "target_user_discord_id")
@@ -189,6 +195,7 @@ def plan_update(
     """Step 6: the scoped write. `content` is the prepared content; "" deletes."""
     new_content = content or None
     only_own = _only_own(state, context)
+    seen_revision_id = context.seen_revision(args.memory_id)
     if owner is None:
         return MemoryWrite(
             scope="server_wide",
@@ -197,6 +204,7 @@ def plan_update(
             server_id=state.server_id,
             persona_lineage_id=state.persona_lineage_id,
             only_own=only_own,
+            seen_revision_id=seen_revision_id,
         )
     target, user = owner
     return MemoryWrite(
@@ -209,6 +217,7 @@ def plan_update(
         owner_disc_id=target.user_id,
         owner_label=target.label,
         only_own=only_own,
+        seen_revision_id=seen_revision_id,
     )
 
 
@@ -225,21 +234,43 @@ def _only_own(state: ServerState, context: ToolCallContext) -> bool:
 
 
 def not_found(write: MemoryWrite, *, in_other_scope: bool) -> Rejection:
-    """Step 8, no row: the other scope is named only when the id is within reach there."""
+    """Step 8, no row: the other scope is named only when the id is within reach there; a
+    memory the LLM was shown (`context.seen`) and that is gone was deleted since."""
+    deleted_since_shown = write.seen_revision_id is not None and not in_other_scope
     if write.scope == "server_wide":
-        message = (
-            messages.not_found_server_is_personal_memory(write.memory_id)
-            if in_other_scope
-            else messages.not_found_server(write.memory_id)
-        )
+        if in_other_scope:
+            message = messages.not_found_server_is_personal_memory(write.memory_id)
+        elif deleted_since_shown:
+            message = messages.deleted_since_shown_server(write.memory_id)
+        else:
+            message = messages.not_found_server(write.memory_id)
     else:
         label = _owner_label(write)
-        message = (
-            messages.not_found_personal_is_server_memory(write.memory_id, label)
-            if in_other_scope
-            else messages.not_found_personal(write.memory_id, label)
+        if in_other_scope:
+            message = messages.not_found_personal_is_server_memory(write.memory_id, label)
+        elif deleted_since_shown:
+            message = messages.deleted_since_shown_personal(write.memory_id, label)
+        else:
+            message = messages.not_found_personal(write.memory_id, label)
+    data = _scoped_data(write, reason=DELETED_SINCE_SHOWN if deleted_since_shown else None)
+    return Rejection(MemoryStatus.NOT_FOUND, message, data)
+
+
+def changed_since_shown(write: MemoryWrite, stale: StaleWrite) -> Rejection:
+    """Step 8, a memory that changed since the revision the LLM was shown: nothing written;
+    the message quotes what it says now, so that the LLM can decide again."""
+    if write.scope == "server_wide":
+        message = messages.changed_since_shown_server(write.memory_id, stale.current_content)
+    else:
+        message = messages.changed_since_shown_personal(
+            write.memory_id, _owner_label(write), stale.current_content
         )
-    return Rejection(MemoryStatus.NOT_FOUND, message, _scoped_data(write))
+    data = _scoped_data(
+        write,
+        current_revision_id=stale.current_revision_id,
+        current_content=stale.current_content,
+    )
+    return Rejection(MemoryStatus.CONFLICT, message, data)
 
 
 def forbidden(write: MemoryWrite) -> Rejection:
@@ -275,7 +306,13 @@ def _owner_label(write: MemoryWrite) -> str:
 
 
 def _scoped_data(
-    write: MemoryWrite, *, content_saved: str | None = None, content_deleted: str | None = None
+    write: MemoryWrite,
+    *,
+    content_saved: str | None = None,
+    content_deleted: str | None = None,
+    current_revision_id: int | None = None,
+    current_content: str | None = None,
+    reason: str | None = None,
 ) -> ResultData:
     return ResultData(
         scope=write.scope,
@@ -283,4 +320,7 @@ def _scoped_data(
         content_saved=content_saved,
         content_deleted=content_deleted,
         target_user=_owner_label(write) if write.scope == "target_user" else None,
+        current_revision_id=current_revision_id,
+        current_content=current_content,
+        reason=reason,
     )

@@ -26,6 +26,7 @@ from worker.core.model import (
     Rejection,
     ResolvedUser,
     ServerState,
+    StaleWrite,
     StoredUser,
     UpdateArguments,
     WrittenMemory,
@@ -36,6 +37,7 @@ from worker.core.records import PlannedWrite
 from worker.core.resolve import resolve_target_user
 from worker.core.sanitize import prepare_content
 from worker.core.update import (
+    changed_since_shown,
     check_update_owner,
     check_update_server_state,
     check_update_target,
@@ -130,6 +132,8 @@ class UpdateMemory:
                 decided[position] = not_found(plan.write, in_other_scope=in_other_scope)
             elif isinstance(memory, ForbiddenWrite):
                 decided[position] = forbidden(plan.write)
+            elif isinstance(memory, StaleWrite):
+                decided[position] = changed_since_shown(plan.write, memory)
             else:
                 decided[position] = _Committed(plan, memory)
         results_and_events = []

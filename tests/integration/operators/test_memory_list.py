@@ -102,6 +102,7 @@ async def test_json_is_one_object_of_server_and_personal_memories(
         "created_at": "2026-11-30T18:30:05Z",
         "updated_at": "2026-11-30T18:30:05Z",
         "persona_lineage_id": persona.lineage,
+        "revision_id": 0,  # seeded: no revision
         "teacher_id": teacher_disc,
     }
     assert listing["server"][0]["teacher_id"] is None
@@ -115,6 +116,7 @@ async def test_json_is_one_object_of_server_and_personal_memories(
         "created_at",
         "updated_at",
         "persona_lineage_id",
+        "revision_id",
     }
 
 

@@ -26,7 +26,7 @@ from tests.integration.worker.checks import (
 from worker.adapters.inbox import PostgresInbox
 from worker.adapters.memory_store import MemoryStore, PostgresUnitOfWork
 from worker.adapters.memory_writes import PostgresMemoryWrites
-from worker.core.model import ForbiddenWrite, WrittenMemory
+from worker.core.model import ForbiddenWrite, StaleWrite, WrittenMemory
 from worker.core.outgoing import UNTRACED, Traceparents
 from worker.core.records import Claim, PlannedWrite
 from worker.service import Processed
@@ -51,7 +51,7 @@ class _RendezvousWrites(PostgresMemoryWrites):
 
     async def apply(
         self, writes: Sequence[PlannedWrite]
-    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+    ) -> list[WrittenMemory | ForbiddenWrite | StaleWrite | None]:
         await self._barrier.wait()
         return await super().apply(writes)
 

@@ -159,6 +159,7 @@ def test_the_json_shape() -> None:
         "created_at": "2026-12-01T12:00:00Z",
         "updated_at": "2026-12-01T12:00:00Z",
         "persona_lineage_id": LINEAGE,
+        "revision_id": 0,
         "teacher_id": teacher,
     }
     [personal] = shape["personal"]["333"]

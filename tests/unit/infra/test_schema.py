@@ -38,6 +38,7 @@ CONTRACT_COLUMNS = {
         "tags",
         "created_at",
         "updated_at",
+        "revision_id",
     ],
     "personal_memories": [
         "personal_memory_id",
@@ -47,6 +48,7 @@ CONTRACT_COLUMNS = {
         "tags",
         "created_at",
         "updated_at",
+        "revision_id",
     ],
     "memory_revisions": [
         "revision_id",

@@ -14,6 +14,7 @@ from worker.core.model import (
     ForbiddenWrite,
     MemoryWrite,
     ServerState,
+    StaleWrite,
     StoredUser,
     WrittenMemory,
 )
@@ -47,6 +48,7 @@ class GivenFacts:
         row_exists: bool = True,
         in_other_scope: bool = False,
         forbidden: bool = False,
+        stale: StaleWrite | None = None,
         answered: Mapping[str, StoredResult] | None = None,
     ) -> None:
         self.server_state = server_state
@@ -55,6 +57,7 @@ class GivenFacts:
         self.row_exists = row_exists
         self.other_scope = in_other_scope
         self.forbidden = forbidden
+        self.stale = stale
         self.answered = dict(answered or {})
         self.applied: list[PlannedWrite] = []
         self.results: list[ToolCallCompleted] = []
@@ -81,10 +84,12 @@ class GivenFacts:
 
     async def apply(
         self, writes: Sequence[PlannedWrite]
-    ) -> list[WrittenMemory | ForbiddenWrite | None]:
+    ) -> list[WrittenMemory | ForbiddenWrite | StaleWrite | None]:
         self.applied.extend(writes)
         if self.forbidden:
             return [ForbiddenWrite() for _ in writes]
+        if self.stale is not None:
+            return [self.stale for _ in writes]
         written = WrittenMemory(revision_id=1, content_before="old", persona_lineage_id=42)
         return [written if self.row_exists else None for _ in writes]
 

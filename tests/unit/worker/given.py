@@ -37,6 +37,7 @@ def context(
     guild_id: str | None = GUILD_ID,
     participants: Sequence[Participant] = (),
     triggerer_is_manager: bool = False,
+    seen: dict[str, int] | None = None,
 ) -> ToolCallContext:
     return ToolCallContext(
         guild_id=guild_id,
@@ -47,6 +48,7 @@ def context(
         shard_id=0,
         participants=tuple(participants),
         triggerer_is_manager=triggerer_is_manager,
+        seen=seen,
     )
 
 

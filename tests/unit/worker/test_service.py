@@ -17,7 +17,7 @@ from contracts import (
 )
 from tests.unit.worker.fakes import GivenFacts
 from tests.unit.worker.given import ALICE_ID, ALICE_ROW, BOT_ID, MATRIX_ID, context, state
-from worker.core.model import DirectoryMember, ServerState, StoredUser
+from worker.core.model import DirectoryMember, ServerState, StaleWrite, StoredUser
 from worker.core.records import StoredResult
 from worker.service import process_tool_call, process_tool_calls
 
@@ -43,6 +43,7 @@ async def decide(
     row_exists: bool = True,
     in_other_scope: bool = False,
     forbidden: bool = False,
+    stale: StaleWrite | None = None,
 ) -> MemoryStatus:
     """What the pipeline answers a call with these arguments, given these facts."""
     request = ToolCallRequested(
@@ -58,6 +59,7 @@ async def decide(
         row_exists=row_exists,
         in_other_scope=in_other_scope,
         forbidden=forbidden,
+        stale=stale,
     )
     processed = await process_tool_call(request, facts, max_memory_length=1000, reply_ttl_ms=1)
     return processed.result.status
@@ -68,6 +70,7 @@ def call(memory_id: JsonValue = 24, content: str = "x", target: str | None = Non
     return arguments if target is None else {**arguments, "target_user": target}
 
 
+STALE = StaleWrite(current_revision_id=9, current_content="now")
 OFF = {"server_state": state(self_teaching_enabled=False)}
 LONG = "x" * 1001
 
@@ -107,6 +110,11 @@ LONG = "x" * 1001
         (call(content="", target="alice"), {"forbidden": True}, MemoryStatus.FORBIDDEN),
         (call(target="Private"), {"forbidden": True}, MemoryStatus.PRIVACY_RESTRICTED),
         (call(), {**OFF, "forbidden": True}, MemoryStatus.DISABLED),
+        # A memory changed since the LLM was shown it: decided by the write, after the policy.
+        (call(), {"stale": STALE}, MemoryStatus.CONFLICT),
+        (call(content="", target="alice"), {"stale": STALE}, MemoryStatus.CONFLICT),
+        (call(), {"stale": STALE, "forbidden": True}, MemoryStatus.FORBIDDEN),
+        (call(target="Private"), {"stale": STALE}, MemoryStatus.PRIVACY_RESTRICTED),
     ],
 )
 async def test_the_first_failing_step_decides(
@@ -159,3 +167,23 @@ async def test_a_call_with_a_record_is_answered_from_it_and_writes_nothing() -> 
     )
     assert (processed.result.channel_id, processed.result.shard_id) == ("900000000000000011", 3)
     assert facts.applied == [] and facts.results == [] and processed.outbox == []
+
+
+async def test_a_stale_write_is_answered_with_the_result_alone() -> None:
+    facts = GivenFacts(state(), directory=DIRECTORY, users=USERS, stale=STALE)
+    request = ToolCallRequested(
+        tool_call_id="call_1",
+        tool_name=UPDATE_LONG_TERM_MEMORY,
+        arguments=call(),
+        context=context(seen={"24": 3}),
+    )
+    [processed] = await process_tool_calls([request], facts, max_memory_length=1000, reply_ttl_ms=1)
+
+    assert processed.written  # recorded, for a redelivery to repeat
+    assert [planned.write.seen_revision_id for planned in facts.applied] == [3]
+    assert processed.result.status is MemoryStatus.CONFLICT
+    assert (processed.result.data.current_revision_id, processed.result.data.current_content) == (
+        9,
+        "now",
+    )
+    assert [queued.event for queued in facts.queued] == [processed.result]

@@ -10,6 +10,8 @@ import pytest
 from worker.core import messages
 
 LABEL = "Alice (@alice)"
+# A memory's text as stored, quoted by the conflict's message.
+CURRENT = "Movie night is on Saturdays, says {user}."
 
 # Each message function by name, with its arguments where it has any.
 EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
@@ -43,6 +45,13 @@ EVERY_MESSAGE: list[tuple[str, Callable[[], str]]] = [
     ),
     ("forbidden_server", lambda: messages.forbidden_server(24)),
     ("forbidden_personal", lambda: messages.forbidden_personal(24, LABEL)),
+    ("changed_since_shown_server", lambda: messages.changed_since_shown_server(24, CURRENT)),
+    (
+        "changed_since_shown_personal",
+        lambda: messages.changed_since_shown_personal(24, LABEL, CURRENT),
+    ),
+    ("deleted_since_shown_server", lambda: messages.deleted_since_shown_server(24)),
+    ("deleted_since_shown_personal", lambda: messages.deleted_since_shown_personal(24, LABEL)),
     ("memory_updated", lambda: messages.memory_updated(24, None)),
     ("memory_updated", lambda: messages.memory_updated(24, LABEL)),
     ("memory_deleted", lambda: messages.memory_deleted(24, None)),
