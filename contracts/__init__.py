@@ -58,10 +58,13 @@ from contracts.memories import (
     newest_first,
 )
 from contracts.operator import (
+    MEMORIES_REVERTED_ROUTING_KEY,
     DeadLettersPurged,
     DeadLettersReplayed,
+    MemoriesReverted,
     OperatorAction,
     ReplayedCall,
+    RevisionFilter,
     operator_routing_key,
 )
 from contracts.results import MemoryFallback, MemoryScope, ResultData, ToolCallCompleted
@@ -119,6 +122,7 @@ __all__ = [
     "DELETE_COLOR",
     "EVENT_TYPES",
     "GLOBAL_LINEAGE",
+    "MEMORIES_REVERTED_ROUTING_KEY",
     "OFFERED_TOOLS",
     "REMEMBER_THIS_FACT",
     "REPLAYED_HEADER",
@@ -146,6 +150,7 @@ __all__ = [
     "Event",
     "ExportDocument",
     "InvalidEnvelope",
+    "MemoriesReverted",
     "MemoryChanged",
     "MemoryCreated",
     "MemoryDeleted",
@@ -166,6 +171,7 @@ __all__ = [
     "RequestContext",
     "RequestedBy",
     "ResultData",
+    "RevisionFilter",
     "ServerMemories",
     "ServerMemory",
     "StoredMemory",
