@@ -83,8 +83,7 @@ class TooManyMemories(ValueError):
 
     def __init__(self, limit: int) -> None:
         super().__init__(
-            f"the filter touches more than {limit} memories, more than one revert takes: "
-            "narrow it"
+            f"the filter touches more than {limit} memories, more than one revert takes: narrow it"
         )
         self.limit = limit
 
