@@ -24,7 +24,7 @@ import asyncio
 import getpass
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from pydantic import TypeAdapter, ValidationError
@@ -207,15 +207,13 @@ def _revision_filter(args: argparse.Namespace) -> RevisionFilter:
 
 
 def utc_time(text: str) -> datetime:
-    """`--since`, `--until`: RFC 3339, or `YYYY-MM-DD HH:MM` (UTC, as is a time without an
-    offset)."""
+    """`--since`, `--until`: RFC 3339, or `YYYY-MM-DD HH:MM` (UTC)."""
+    from operators.revision_filter import BadRevisionFilter, parse_time
+
     try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a time (RFC 3339, or YYYY-MM-DD HH:MM in UTC): {text!r}"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(text)
+    except BadRevisionFilter as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _positive(text: str) -> int:
