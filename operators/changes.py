@@ -157,11 +157,15 @@ async def revert(
                 rows = await queue_events(connection, revert_events(restored, record))
         if rows:
             await publish_queued(settings, engine, rows)
-    log.info(
-        "ltm.memories_reverted",
-        tool_call_id=tool_call_id,
-        actor=actor,
-        reverted=len(restored),
-        skipped=len(plan.skipped),
-    )
+    if restored:
+        log.info(
+            "ltm.memories_reverted",
+            tool_call_id=tool_call_id,
+            actor=actor,
+            reverted=len(restored),
+            skipped=len(plan.skipped),
+        )
+    else:
+        # Nothing written: no revision or event carries the revert's id.
+        log.info("ltm.revert_changed_nothing", actor=actor, skipped=len(plan.skipped))
     return RevertDone(plan, tuple(restored), tool_call_id if restored else None)
