@@ -14,7 +14,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from console import pages
+from console import changes, pages
 from console.adapters.broker import BrokerLink
 from console.adapters.statistics import CallStatistics
 from console.core.sessions import LoginThrottle, Sessions
@@ -104,6 +104,7 @@ def create_app(settings: Settings, *, throttle: LoginThrottle | None = None) -> 
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
     app.add_routes(pages.routes)
+    app.add_routes(changes.routes)
     app.router.add_static("/static/", STATIC)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from console.core.audit import ACTIONS, AuditFilter, BadFilter, event_row, unreadable_row
 from console.core.bodies import shown_body
-from console.core.revisions import diff, revision_views
+from console.core.revisions import revision_views
 from console.core.sessions import Session
 from console.security import see_other
 from console.state import STATE, Console, session_of
@@ -26,6 +26,7 @@ from operators.dead_letters import purge, read_dead_letters, replay
 from operators.operator_records import record_purge, record_replay
 from operators.revision_store import UnchangedMemory
 from operators.revisions import restore_revision
+from operators.word_diff import word_diff
 
 __all__ = ["routes"]
 
@@ -272,7 +273,7 @@ async def restore_page(request: web.Request) -> web.Response:
             "revision": revision,
             "current": current,
             "restored": restored,
-            "change": diff(current, restored),
+            "change": word_diff(current, restored),
         },
     )
 

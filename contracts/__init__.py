@@ -58,10 +58,13 @@ from contracts.memories import (
     newest_first,
 )
 from contracts.operator import (
+    MEMORIES_REVERTED_ROUTING_KEY,
     DeadLettersPurged,
     DeadLettersReplayed,
+    MemoriesReverted,
     OperatorAction,
     ReplayedCall,
+    RevisionFilter,
     operator_routing_key,
 )
 from contracts.results import MemoryFallback, MemoryScope, ResultData, ToolCallCompleted
@@ -121,6 +124,7 @@ __all__ = [
     "EVENT_TYPES",
     "GLOBAL_LINEAGE",
     "MAX_SEEN",
+    "MEMORIES_REVERTED_ROUTING_KEY",
     "OFFERED_TOOLS",
     "REMEMBER_THIS_FACT",
     "REPLAYED_HEADER",
@@ -148,6 +152,7 @@ __all__ = [
     "Event",
     "ExportDocument",
     "InvalidEnvelope",
+    "MemoriesReverted",
     "MemoryChanged",
     "MemoryCreated",
     "MemoryDeleted",
@@ -168,6 +173,7 @@ __all__ = [
     "RequestContext",
     "RequestedBy",
     "ResultData",
+    "RevisionFilter",
     "ServerMemories",
     "ServerMemory",
     "StoredMemory",

@@ -30,7 +30,13 @@ from contracts.dead_letters import (
 )
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
-from contracts.operator import DeadLettersPurged, DeadLettersReplayed, operator_routing_key
+from contracts.operator import (
+    MEMORIES_REVERTED_ROUTING_KEY,
+    DeadLettersPurged,
+    DeadLettersReplayed,
+    MemoriesReverted,
+    operator_routing_key,
+)
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import TOOL_NAMES, ToolCallRequested
 from contracts.topology import (
@@ -212,6 +218,14 @@ def _channels(topology: Topology) -> dict[str, Any]:
             "What an operator did by hand to the dead letters (the console).",
             _messages_of(*OPERATOR_MODELS),
             {"action": {"enum": [model.ACTION for model in OPERATOR_MODELS]}},
+        ),
+        "memoriesReverted": _routing_key_channel(
+            events,
+            MEMORIES_REVERTED_ROUTING_KEY,
+            "An operator's revert of the memories some revisions changed (`ltm memory revert`, "
+            "the console): why, by which filter, how many.",
+            _messages_of(MemoriesReverted),
+            {},
         ),
         "deadLetter": _routing_key_channel(
             topology.dead_letter_exchange,
@@ -402,6 +416,13 @@ def _operations() -> dict[str, Any]:
             "The operator console records each replay and purge, with the operator's name.",
             _PERSISTENT,
         ),
+        "sendMemoriesReverted": _operation(
+            "send",
+            "memoriesReverted",
+            ["MemoriesReverted"],
+            "A revert records itself once, after the memory.restored events of its memories.",
+            _PERSISTENT,
+        ),
         "deadLetterToolCall": _operation(
             "send",
             "deadLetter",
@@ -474,6 +495,7 @@ _SUMMARIES: Final[dict[type[Event], str]] = {
     MemoryRestored: "Audit: a memory was put back as it was before a revision.",
     DeadLettersReplayed: "Audit: an operator sent dead-lettered tool calls back to the worker.",
     DeadLettersPurged: "Audit: an operator emptied the dead-letter queue.",
+    MemoriesReverted: "Audit: an operator put back the memories some revisions had changed.",
     DataRequestRequested: "A person's data (or a server's) to export or erase, on request.",
     DataRequestCompleted: "The answer to a data request: done, with its receipt, or refused.",
     SubjectExported: "Audit: a person's data was exported (no text).",

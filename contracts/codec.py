@@ -20,7 +20,7 @@ from contracts.data_requests import (
 )
 from contracts.embeds import EmbedRequested
 from contracts.envelope import SCHEMA_VERSION, Event
-from contracts.operator import DeadLettersPurged, DeadLettersReplayed
+from contracts.operator import DeadLettersPurged, DeadLettersReplayed, MemoriesReverted
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import ToolCallRequested
 
@@ -62,6 +62,7 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
         MemoryRestored,
         DeadLettersReplayed,
         DeadLettersPurged,
+        MemoriesReverted,
         DataRequestRequested,
         DataRequestCompleted,
         SubjectExported,

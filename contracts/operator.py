@@ -1,23 +1,28 @@
-"""`operator.*`: what an operator did by hand to the dead letters, for the audit stream.
+"""`operator.*`: what an operator did by hand, for the audit stream: to the dead letters, and
+a revert of many memories at once.
 
 A restore is a memory change and has its own event (`memory.restored`); replays and purges
-change no memory, and are recorded by these. `actor` names who did it: `console:<name>` for
-the operator console.
+change no memory, and are recorded by these. A revert is many restores (each its own
+`memory.restored`), and one `operator.memories_reverted` saying why and by which filter.
+`actor` names who did it: `console:<name>` for the operator console.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, NonNegativeInt
 
 from contracts.envelope import Event
 
 __all__ = [
+    "MEMORIES_REVERTED_ROUTING_KEY",
     "DeadLettersPurged",
     "DeadLettersReplayed",
+    "MemoriesReverted",
     "OperatorAction",
     "ReplayedCall",
+    "RevisionFilter",
     "operator_routing_key",
 ]
 
@@ -62,3 +67,41 @@ class DeadLettersPurged(OperatorAction):
 
     event_type: Literal["operator.dead_letters_purged"] = "operator.dead_letters_purged"
     removed: NonNegativeInt
+
+
+# Beside the dead letters' keys under `operator.`: bound by the audit stream (`#`) only.
+MEMORIES_REVERTED_ROUTING_KEY = "operator.memories.reverted"
+
+
+class RevisionFilter(BaseModel):
+    """Which revisions: those matching every field given (None: any). `ltm memory changes`
+    lists them; a revert undoes them, and its event keeps the filter."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    actor_disc_id: str | None = None
+    guild_id: str | None = None
+    channel_id: str | None = None
+    tool_call_id: str | None = None
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+
+
+class MemoriesReverted(Event):
+    """An operator put back the memories the revisions matching `filter` had changed.
+
+    `operator` is the actor of the revert's `restored` revisions (`operator:<name>`,
+    `console:<name>`); the counts exclude memories that already were as they should be.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "operator.memories_reverted"
+
+    event_type: Literal["operator.memories_reverted"] = "operator.memories_reverted"
+    # The revert's own id, shared by its revisions and their events (`revert:<uuid>`).
+    tool_call_id: str
+    operator: str
+    reason: str
+    filter: RevisionFilter
+    reverted: NonNegativeInt
+    # Changed since by someone else, left as they are.
+    skipped: NonNegativeInt

@@ -10,7 +10,7 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from infra.storage.revisions import REVISION_INSERT, REVISION_INSERT_WITH_ID
+from infra.storage.revisions import REVISION_INSERT_WITH_ID_AND_REASON, REVISION_INSERT_WITH_REASON
 from worker.core.restore import Remove, Unchanged, plan_restore
 
 __all__ = [
@@ -18,6 +18,8 @@ __all__ = [
     "Revision",
     "RevisionStore",
     "UnchangedMemory",
+    "restore_on",
+    "revision_of",
 ]
 
 
@@ -35,6 +37,8 @@ class Revision:
     actor_disc_id: str
     tool_call_id: str
     occurred_at: Any
+    # An operator's justification of a revert; None for every other revision.
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +90,10 @@ _RESTORE_SERVER_MEMORY: Final = text(
                       revision_id = EXCLUDED.revision_id
         RETURNING server_memory_id
     ), revision AS (
-        {REVISION_INSERT_WITH_ID}
+        {REVISION_INSERT_WITH_ID_AND_REASON}
         SELECT (SELECT revision_id FROM new_revision), 'server_wide', server_memory_id,
                'restored', :content_before, :content, :server_id, NULL,
-               :persona_lineage_id, :actor, :tool_call_id, now()
+               :persona_lineage_id, :actor, :tool_call_id, now(), :reason
         FROM restored
         RETURNING *
     )
@@ -115,10 +119,10 @@ _RESTORE_PERSONAL_MEMORY: Final = text(
                       revision_id = EXCLUDED.revision_id
         RETURNING personal_memory_id
     ), revision AS (
-        {REVISION_INSERT_WITH_ID}
+        {REVISION_INSERT_WITH_ID_AND_REASON}
         SELECT (SELECT revision_id FROM new_revision), 'target_user', personal_memory_id,
                'restored', :content_before, :content, :server_id,
-               :owner_user_id, :persona_lineage_id, :actor, :tool_call_id, now()
+               :owner_user_id, :persona_lineage_id, :actor, :tool_call_id, now(), :reason
         FROM restored
         RETURNING *
     )
@@ -139,9 +143,9 @@ _REMOVE_MEMORY: Final = {
             DELETE FROM server_memories WHERE server_memory_id = :memory_id
             RETURNING server_memory_id
         ), revision AS (
-            {REVISION_INSERT}
+            {REVISION_INSERT_WITH_REASON}
             SELECT 'server_wide', server_memory_id, 'restored', :content_before, NULL,
-                   :server_id, NULL, :persona_lineage_id, :actor, :tool_call_id, now()
+                   :server_id, NULL, :persona_lineage_id, :actor, :tool_call_id, now(), :reason
             FROM removed
             RETURNING *
         )
@@ -156,9 +160,9 @@ _REMOVE_MEMORY: Final = {
             DELETE FROM personal_memories WHERE personal_memory_id = :memory_id
             RETURNING personal_memory_id, user_id
         ), revision AS (
-            {REVISION_INSERT}
+            {REVISION_INSERT_WITH_REASON}
             SELECT 'target_user', personal_memory_id, 'restored', :content_before, NULL,
-                   :server_id, user_id, :persona_lineage_id, :actor, :tool_call_id, now()
+                   :server_id, user_id, :persona_lineage_id, :actor, :tool_call_id, now(), :reason
             FROM removed
             RETURNING *
         )
@@ -173,7 +177,8 @@ _REMOVE_MEMORY: Final = {
 }
 
 
-def _revision(row: Any) -> Revision:
+def revision_of(row: Any) -> Revision:
+    """A `memory_revisions` row (`SELECT *`, or a statement's `RETURNING *`)."""
     return Revision(
         revision_id=row.revision_id,
         scope=row.scope,
@@ -187,6 +192,7 @@ def _revision(row: Any) -> Revision:
         actor_disc_id=row.actor_disc_id,
         tool_call_id=row.tool_call_id,
         occurred_at=row.occurred_at,
+        reason=row.reason,
     )
 
 
@@ -199,7 +205,7 @@ class RevisionStore:
     async def history(self, memory_id: int) -> list[Revision]:
         async with self.engine.connect() as connection:
             result = await connection.execute(_HISTORY, {"memory_id": memory_id})
-            return [_revision(row) for row in result]
+            return [revision_of(row) for row in result]
 
     @asynccontextmanager
     async def restoring(
@@ -217,40 +223,55 @@ class RevisionStore:
             if found is None:
                 yield None, connection
                 return
-            original = _revision(found)
-            current = (
-                await connection.execute(
-                    _CURRENT_CONTENT[original.scope], {"memory_id": original.memory_id}
-                )
-            ).one_or_none()
-            current_content = None if current is None else str(current.content)
-            plan = plan_restore(original.content_before, current_content)
-            if isinstance(plan, Unchanged):
-                yield UnchangedMemory(original.memory_id, current_content), connection
-                return
-            params: dict[str, Any] = {
-                "memory_id": original.memory_id,
-                "server_id": original.server_id,
-                "persona_lineage_id": original.persona_lineage_id,
-                "content_before": current_content or "",
-                "actor": actor,
-                "tool_call_id": tool_call_id,
-            }
-            if isinstance(plan, Remove):
-                statement = _REMOVE_MEMORY[original.scope]
-            elif original.scope == "server_wide":
-                statement = _RESTORE_SERVER_MEMORY
-                params["content"] = plan.content
-            else:
-                statement = _RESTORE_PERSONAL_MEMORY
-                params["content"] = plan.content
-                params["owner_user_id"] = original.owner_user_id
-            row = (await connection.execute(statement, params)).one()
-            yield (
-                RestoredMemory(
-                    revision=_revision(row),
-                    server_disc_id=row.server_disc_id,
-                    owner_disc_id=row.owner_disc_id,
-                ),
-                connection,
+            restored = await restore_on(
+                connection, revision_of(found), actor=actor, tool_call_id=tool_call_id
             )
+            yield restored, connection
+
+
+async def restore_on(
+    connection: AsyncConnection,
+    original: Revision,
+    *,
+    actor: str,
+    tool_call_id: str,
+    reason: str | None = None,
+) -> RestoredMemory | UnchangedMemory:
+    """Puts `original`'s memory back as it was before it, in the caller's transaction: the one
+    way a memory is put back, for a single restore and for each memory of a revert.
+
+    Writes nothing, and says so (UnchangedMemory), when the memory already is as it was.
+    """
+    current = (
+        await connection.execute(
+            _CURRENT_CONTENT[original.scope], {"memory_id": original.memory_id}
+        )
+    ).one_or_none()
+    current_content = None if current is None else str(current.content)
+    plan = plan_restore(original.content_before, current_content)
+    if isinstance(plan, Unchanged):
+        return UnchangedMemory(original.memory_id, current_content)
+    params: dict[str, Any] = {
+        "memory_id": original.memory_id,
+        "server_id": original.server_id,
+        "persona_lineage_id": original.persona_lineage_id,
+        "content_before": current_content or "",
+        "actor": actor,
+        "tool_call_id": tool_call_id,
+        "reason": reason,
+    }
+    if isinstance(plan, Remove):
+        statement = _REMOVE_MEMORY[original.scope]
+    elif original.scope == "server_wide":
+        statement = _RESTORE_SERVER_MEMORY
+        params["content"] = plan.content
+    else:
+        statement = _RESTORE_PERSONAL_MEMORY
+        params["content"] = plan.content
+        params["owner_user_id"] = original.owner_user_id
+    row = (await connection.execute(statement, params)).one()
+    return RestoredMemory(
+        revision=revision_of(row),
+        server_disc_id=row.server_disc_id,
+        owner_disc_id=row.owner_disc_id,
+    )

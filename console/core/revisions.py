@@ -2,51 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
 
 from operators.revision_store import Revision
+from operators.word_diff import Piece, word_diff
 
-__all__ = ["Piece", "RevisionView", "diff", "revision_views"]
-
-# Words, runs of white space and single punctuation marks: a changed word shows as one
-# change, not as a dozen changed letters.
-_TOKENS: Final = re.compile(r"\s+|\w+|[^\w\s]")
-
-PieceKind = Literal["same", "removed", "added"]
-
-
-@dataclass(frozen=True, slots=True)
-class Piece:
-    kind: PieceKind
-    text: str
-
-
-def diff(before: str | None, after: str | None) -> list[Piece]:
-    """`before` into `after` as pieces kept, removed and added; None (no memory) as empty."""
-    old, new = _TOKENS.findall(before or ""), _TOKENS.findall(after or "")
-    pieces: list[Piece] = []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for operation, old_from, old_to, new_from, new_to in matcher.get_opcodes():
-        if operation == "equal":
-            _add(pieces, "same", old[old_from:old_to])
-            continue
-        _add(pieces, "removed", old[old_from:old_to])
-        _add(pieces, "added", new[new_from:new_to])
-    return pieces
-
-
-def _add(pieces: list[Piece], kind: PieceKind, tokens: Sequence[str]) -> None:
-    if not tokens:
-        return
-    text = "".join(tokens)
-    if pieces and pieces[-1].kind == kind:
-        pieces[-1] = Piece(kind, pieces[-1].text + text)
-    else:
-        pieces.append(Piece(kind, text))
+__all__ = ["RevisionView", "revision_views"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +32,7 @@ def revision_views(
         RevisionView(
             revision,
             channels.get(revision.tool_call_id),
-            diff(revision.content_before, revision.content_after),
+            word_diff(revision.content_before, revision.content_after),
         )
         for revision in reversed(revisions)
     ]

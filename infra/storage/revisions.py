@@ -1,5 +1,5 @@
 """`memory_revisions`, append-only: the insert every writer of a revision shares (the worker's
-tools and the operators' restore), so that the columns are named once."""
+tools and the operators' restore and revert), so that the columns are named once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from sqlalchemy import Column
 
 from infra.storage.schema import memory_revisions
 
-__all__ = ["REVISION_INSERT", "REVISION_INSERT_WITH_ID"]
+__all__ = [
+    "REVISION_INSERT",
+    "REVISION_INSERT_WITH_ID",
+    "REVISION_INSERT_WITH_ID_AND_REASON",
+    "REVISION_INSERT_WITH_REASON",
+]
 
 _REVISION = memory_revisions.c
 
@@ -40,3 +45,12 @@ REVISION_INSERT: Final = _insert(_WRITTEN_COLUMNS)
 
 # The same with the revision's id taken beforehand (the create tool's, read with its scope).
 REVISION_INSERT_WITH_ID: Final = _insert((_REVISION.revision_id, *_WRITTEN_COLUMNS))
+
+# The same with the operator's justification last (a restore's, null for a single one; a
+# revert's `--reason`): only the operators' restore writes `reason`.
+REVISION_INSERT_WITH_REASON: Final = _insert((*_WRITTEN_COLUMNS, _REVISION.reason))
+
+# Both: a restore that takes its revision's id first, to write it onto the restored row.
+REVISION_INSERT_WITH_ID_AND_REASON: Final = _insert(
+    (_REVISION.revision_id, *_WRITTEN_COLUMNS, _REVISION.reason)
+)

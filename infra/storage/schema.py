@@ -230,6 +230,8 @@ memory_revisions: Final = Table(
     Column("actor_disc_id", Text, nullable=False),
     Column("tool_call_id", Text, nullable=False),
     _timestamp("occurred_at", now=True),
+    # An operator's justification of a revert (migration 0010); null for every other revision.
+    Column("reason", Text, nullable=True),
     CheckConstraint("scope = ANY (ARRAY['server_wide'::text, 'target_user'::text])", name="scope"),
     CheckConstraint(
         "action = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'restored'::text])",

@@ -1,7 +1,7 @@
 """The operator console in a real browser (chromium through Playwright), with a real worker,
 broker and database: log in, watch the overview move, replay a dead letter, read a memory's
-history and restore it, follow the audit stream live; a request without a session or
-without its CSRF token changes nothing.
+history and restore it, follow the audit stream live, revert one user's changes from the
+Changes page; a request without a session or without its CSRF token changes nothing.
 
 Screenshots go to `LTM_SCREENSHOTS` when set (`make screenshots` keeps them in
 docs/screenshots), else to the test's own folder.
@@ -25,6 +25,7 @@ from playwright.async_api import Page, expect
 from console.passwords import hash_password
 from contracts import (
     DeadLettersReplayed,
+    MemoriesReverted,
     MemoryRestored,
     ToolCallCompleted,
     ToolCallRequested,
@@ -267,6 +268,49 @@ async def test_the_audit_page_receives_an_event_live(
     await expect(row).to_contain_text(call.tool_call_id)
     await expect(page.locator('#events tr[data-type="tool_call.completed"]')).to_have_count(1)
     await page.screenshot(path=deployment.shots / "audit.png")
+
+
+async def test_one_user_s_changes_are_found_and_reverted_from_the_changes_page(
+    page: Page, deployment: Deployment, world: World
+) -> None:
+    persona = await _persona(world)
+    vandal, channel_id = snowflake(), snowflake()
+    memories = [
+        await world.server_memory(persona, f"Movie night {n} is on Fridays.") for n in range(3)
+    ]
+    calls = [
+        tool_call(
+            persona,
+            {"memory_id": memory_id, "memory_content": f"Movie night {n} is cancelled."},
+            triggerer_id=vandal,
+            channel_id=channel_id,
+        )
+        for n, memory_id in enumerate(memories)
+    ]
+    for call in calls:
+        await publish_tool_call(deployment.channel, deployment.topology, call)
+    await _answered(deployment, *calls)
+
+    await page.goto("/changes")
+    await page.get_by_label("Actor").fill(vandal)
+    await page.get_by_label("Channel").fill(channel_id)
+    await page.get_by_role("button", name="Show").click()
+    await expect(page.locator("li.revision")).to_have_count(3)
+    await expect(page.locator("li.revision del").first).to_have_text("on Fridays")
+    await page.screenshot(path=deployment.shots / "changes.png", full_page=True)
+
+    await page.get_by_role("link", name="Revert these…").click()
+    await expect(page.locator("#plan-summary")).to_have_text("3 to revert, 0 skipped.")
+    await page.get_by_label("Reason").fill("vandalism, ticket 4312")
+    await page.screenshot(path=deployment.shots / "revert.png", full_page=True)
+    await page.get_by_role("button", name="Revert 3 memory(ies)").click()
+
+    await expect(page.locator(".notice.done")).to_contain_text("Reverted 3 memory(ies)")
+    await expect(page.locator("li.revision.restored")).to_have_count(3)
+    for n, memory_id in enumerate(memories):
+        assert await world.content(memory_id) == f"Movie night {n} is on Fridays."
+    [record] = await deployment.events.wait_for(MemoriesReverted, operator=f"console:{OPERATOR}")
+    assert (record.reason, record.reverted) == ("vandalism, ticket 4312", 3)
 
 
 async def test_requests_without_a_session_or_its_csrf_token_change_nothing(

@@ -1,27 +1,13 @@
-"""Word diffs of revisions, and a dead letter's body as JSON, text or bytes."""
+"""Revisions as a history page shows them, and a dead letter's body as JSON, text or bytes."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 from console.core.bodies import SHOWN_BYTES, shown_body
-from console.core.revisions import Piece, diff, revision_views
+from console.core.revisions import revision_views
 from operators.revision_store import Revision
-
-
-def test_a_changed_word_is_one_removal_and_one_addition() -> None:
-    assert diff("Movie night is on Fridays.", "Movie night is on Saturdays.") == [
-        Piece("same", "Movie night is on "),
-        Piece("removed", "Fridays"),
-        Piece("added", "Saturdays"),
-        Piece("same", "."),
-    ]
-
-
-def test_a_deletion_and_a_creation_are_all_removed_or_all_added() -> None:
-    assert diff("gone for good", None) == [Piece("removed", "gone for good")]
-    assert diff("", "brand new") == [Piece("added", "brand new")]
-    assert diff("same", "same") == [Piece("same", "same")]
+from operators.word_diff import Piece
 
 
 def _revision(revision_id: int, before: str, after: str | None, tool_call_id: str) -> Revision:

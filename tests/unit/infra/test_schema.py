@@ -63,6 +63,7 @@ CONTRACT_COLUMNS = {
         "actor_disc_id",
         "tool_call_id",
         "occurred_at",
+        "reason",
     ],
     "tool_call_inbox": [
         "tool_call_id",
