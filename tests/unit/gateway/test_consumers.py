@@ -11,15 +11,19 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from contracts import (
     UPDATE_LONG_TERM_MEMORY,
     CacheInvalidate,
+    DataRequestCompleted,
     EmbedPayload,
     EmbedRequested,
     MemoryStatus,
+    NoticeRetract,
+    RequestedBy,
+    Subject,
     ToolCallCompleted,
     Topology,
     encode_event,
 )
 from gateway import CacheInvalidationConsumer, GatewayCaches, ShardConsumer, TTLCache
-from gateway.delivery import Delivery
+from gateway.delivery import Delivery, Retraction, SendResult
 
 USER_ID = "100000000000000002"
 
@@ -55,8 +59,22 @@ class NoResults:
 class Unreachable:
     """An embed sender whose Discord is away: every send is to be tried later."""
 
-    async def send(self, request: Any) -> Delivery:
-        return Delivery.RETRY_LATER
+    async def send(self, request: Any) -> SendResult:
+        return SendResult(Delivery.RETRY_LATER)
+
+    async def retract(self, channel_id: str, message_id: str) -> Retraction:
+        return Retraction.RETRY_LATER
+
+
+@dataclass
+class Answers:
+    """The data requests' answers handed over."""
+
+    received: list[DataRequestCompleted] = field(default_factory=list)
+
+    def resolve(self, completed: DataRequestCompleted) -> bool:
+        self.received.append(completed)
+        return True
 
 
 def _caches() -> GatewayCaches[Any, Any]:
@@ -126,3 +144,41 @@ async def test_an_embed_discord_cannot_take_yet_is_nacked_back_to_its_queue() ->
     # Not the message's fault: back to the queue, not counted toward a delivery limit.
     assert message.settled == [("nack", True)]
     assert embed.event_id not in consumer.seen
+
+
+def _shard_consumer(answers: Answers | None = None) -> ShardConsumer:
+    return ShardConsumer(
+        cast(AbstractChannel, None),
+        Topology("ltm-unit"),
+        sender=Unreachable(),
+        results=NoResults(),
+        answers=answers,
+    )
+
+
+async def test_a_data_request_answer_goes_to_the_waiting_client_once() -> None:
+    answers = Answers()
+    consumer = _shard_consumer(answers)
+    completed = DataRequestCompleted(
+        request_id="user-1",
+        kind="export",
+        subject=Subject(user_id=USER_ID),
+        requested_by=RequestedBy(kind="user", id=USER_ID),
+        status="refused",
+        reason="not_the_subject",
+    )
+    first = Incoming(encode_event(completed), routing_key="result.shard.0")
+    again = Incoming(encode_event(completed), routing_key="result.shard.0", redelivered=True)
+    await _deliver(consumer, first)
+    await _deliver(consumer, again)
+    assert answers.received == [completed]
+    assert first.settled == again.settled == [("ack",)]
+
+
+async def test_a_retraction_discord_cannot_take_yet_is_nacked_back_to_its_queue() -> None:
+    consumer = _shard_consumer()
+    retract = NoticeRetract(channel_id="2", message_id="3", memory_id=7)
+    message = Incoming(encode_event(retract), routing_key="retract.shard.0")
+    await _deliver(consumer, message)
+    assert message.settled == [("nack", True)]
+    assert retract.event_id not in consumer.seen
