@@ -31,7 +31,7 @@ from gateway.discord_sender import (
 from gateway.embeds import to_hikari_embed
 from gateway.memories import MemoryReader, MemorySource
 from gateway.metrics import EmbedFailure, GatewayMetrics
-from gateway.notices import PostedNotices
+from gateway.notices import NoticeRecords, PostedNotices
 from gateway.process import open_sender, run_gateway
 from gateway.shard_consumer import AnswerSink, ResultSink, SeenEvents, ShardConsumer
 from gateway.tool_client import (
@@ -65,6 +65,7 @@ __all__ = [
     "MemoryReader",
     "MemorySource",
     "MessageContext",
+    "NoticeRecords",
     "PostedNotices",
     "ResultSink",
     "Retraction",

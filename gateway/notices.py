@@ -8,7 +8,7 @@ retraction names the message (`channel_id`, `message_id`), which is what it acts
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from sqlalchemy import ColumnElement, and_, delete, update
 from sqlalchemy.dialects.postgresql import insert
@@ -19,10 +19,20 @@ from gateway.database import open_engine
 from infra.settings import Settings
 from infra.storage.schema import posted_notices
 
-__all__ = ["PostedNotices", "RetractError"]
+__all__ = ["NoticeRecords", "PostedNotices", "RetractError"]
 
 # What `retract_error` says: Discord answered 403, or another refusal.
 RetractError = Literal["forbidden", "rejected"]
+
+
+class NoticeRecords(Protocol):
+    """Where the shard consumer records notices and settles their retraction."""
+
+    async def record(self, notice: EmbedRequested, message_id: str) -> bool: ...
+
+    async def retracted(self, channel_id: str, message_id: str) -> int: ...
+
+    async def refused(self, channel_id: str, message_id: str, error: RetractError) -> int: ...
 
 
 class PostedNotices:

@@ -42,7 +42,7 @@ from contracts import (
 from gateway.consumer import EventConsumer
 from gateway.delivery import Delivery, EmbedSender, Retraction, SendResult
 from gateway.metrics import GatewayMetrics
-from gateway.notices import PostedNotices
+from gateway.notices import NoticeRecords
 from infra.messaging.settlement import Outcome
 from infra.messaging.topology import declare_shard_queue
 from infra.observability.logs import get_logger
@@ -122,7 +122,7 @@ class ShardConsumer(EventConsumer):
         sender: EmbedSender,
         results: ResultSink,
         answers: AnswerSink | None = None,
-        notices: PostedNotices | None = None,
+        notices: NoticeRecords | None = None,
         seen: SeenEvents | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+import psycopg
 import sqlalchemy.exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -91,6 +92,6 @@ class DataRequestRecords:
                 result = await connection.execute(query, {"limit": limit})
                 return [dict(row) for row in result.mappings()]
         except sqlalchemy.exc.ProgrammingError as error:
-            if "does not exist" in str(error.orig):
+            if isinstance(error.orig, psycopg.errors.UndefinedTable):
                 return None
             raise
