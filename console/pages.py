@@ -1,5 +1,5 @@
-"""The console's pages: overview, dead letters (replay, purge), memories (with restore), and
-the audit stream, filtered, as server-sent events."""
+"""The console's pages: overview, dead letters (replay, purge), memories (with restore), the
+audit stream, filtered, as server-sent events, and data requests (export, erasure)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,22 @@ from console.core.revisions import revision_views
 from console.core.sessions import Session
 from console.security import see_other
 from console.state import STATE, Console, session_of
-from contracts import Event, InvalidEnvelope, decode_event
+from contracts import (
+    DataRequestCompleted,
+    DataRequestRequested,
+    Event,
+    InvalidEnvelope,
+    Subject,
+    decode_event,
+)
 from infra.observability.logs import get_logger
 from operators.audit_stream import BadStart, StreamStart, parse_start, stream_offset
+from operators.data_requests import operator_request, request_data
 from operators.dead_letters import purge, read_dead_letters, replay
 from operators.operator_records import record_purge, record_replay
 from operators.revision_store import UnchangedMemory
 from operators.revisions import restore_revision
+from operators.tool_call import Unroutable
 from operators.word_diff import word_diff
 
 __all__ = ["routes"]
@@ -398,6 +407,147 @@ async def _send_events(
             data = orjson.dumps(row).decode()
             await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
         await message.ack()
+
+
+# -- data requests --------------------------------------------------------------------------
+
+
+# How long the page waits for the worker's answer.
+DATA_REQUEST_TIMEOUT_S: Final = 60.0
+
+
+@routes.get("/data-requests")
+async def data_requests_page(request: web.Request) -> web.Response:
+    return await _data_requests(request)
+
+
+async def _data_requests(
+    request: web.Request,
+    *,
+    problem: str | None = None,
+    status: int = 200,
+    exported: DataRequestCompleted | None = None,
+    form: dict[str, str] | None = None,
+) -> web.Response:
+    records = request.app[STATE].data_requests
+    document = None
+    if exported is not None and exported.document is not None:
+        document = orjson.dumps(
+            exported.document.model_dump(mode="json"), option=orjson.OPT_INDENT_2
+        ).decode()
+    context: dict[str, Any] = {
+        "rows": await records.requests(),
+        "unretracted": await records.unretracted(),
+        "problem": problem,
+        "exported": exported,
+        "document": document,
+        "form": form or {},
+    }
+    return _render(request, "data_requests.html", context, status=status)
+
+
+@routes.post("/data-requests/export")
+async def export_user(request: web.Request) -> web.StreamResponse:
+    session = session_of(request)
+    form = await request.post()
+    user_id = _field(form, "user_id").strip()
+    if not user_id.isdigit():
+        return await _data_requests(
+            request, problem="A user id is a Discord id: digits only.", status=400
+        )
+    asked = operator_request("export", Subject(user_id=user_id), session.actor)
+    log.info(
+        "console.export_requested",
+        operator=session.name,
+        request_id=asked.request_id,
+        subject_id=user_id,
+    )
+    answer = await _ask(request, asked)
+    if isinstance(answer, web.Response):
+        return answer
+    if answer.status != "done" or answer.document is None:
+        return await _data_requests(
+            request, problem=f"The export was refused ({answer.reason}).", status=409
+        )
+    if _field(form, "download"):
+        body = orjson.dumps(answer.document.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+        return web.Response(
+            body=body,
+            content_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="export-{user_id}.json"'},
+        )
+    return await _data_requests(request, exported=answer, form={"user_id": user_id})
+
+
+@routes.post("/data-requests/erase")
+async def erase_subject(request: web.Request) -> web.StreamResponse:
+    console, session = request.app[STATE], session_of(request)
+    form = await request.post()
+    kind = _field(form, "subject_kind")
+    subject_id = _field(form, "subject_id").strip()
+    typed = _field(form, "confirm_id").strip()
+    reason = _field(form, "reason").strip()
+    kept = {"subject_kind": kind, "subject_id": subject_id, "reason": reason}
+    problem = None
+    if kind not in ("user", "guild") or not subject_id.isdigit():
+        problem = "Choose a user or a server, and give its Discord id (digits only)."
+    elif typed != subject_id:
+        problem = (
+            f"To erase, type the id {subject_id} again, exactly, in the confirmation. "
+            "Nothing was erased."
+        )
+    elif not reason:
+        problem = "Say why (the reason): nothing was erased."
+    if problem is not None:
+        return await _data_requests(request, problem=problem, status=400, form=kept)
+    subject = Subject(user_id=subject_id) if kind == "user" else Subject(guild_id=subject_id)
+    asked = operator_request(
+        "erase",
+        subject,
+        session.actor,
+        strict=kind == "user" and bool(_field(form, "strict")),
+        keep_learning=kind == "user" and bool(_field(form, "keep_learning")),
+    )
+    # The operator's reason: in the console's own log, with who asked and for what.
+    log.warning(
+        "console.erasure_requested",
+        operator=session.name,
+        request_id=asked.request_id,
+        subject_kind=kind,
+        subject_id=subject_id,
+        reason=reason,
+    )
+    answer = await _ask(request, asked)
+    if isinstance(answer, web.Response):
+        return answer
+    if answer.status != "done":
+        console.notify(session, "problem", f"The erasure was refused ({answer.reason}).")
+    else:
+        receipt = answer.receipt.model_dump() if answer.receipt is not None else {}
+        counted = ", ".join(f"{name} {count}" for name, count in receipt.items())
+        console.notify(session, "done", f"Erased {kind} {subject_id}: {counted}.")
+    return see_other("/data-requests")
+
+
+async def _ask(
+    request: web.Request, asked: DataRequestRequested
+) -> DataRequestCompleted | web.Response:
+    """The answer to `asked`, or the page saying why there is none."""
+    settings = request.app[STATE].settings
+    try:
+        return await request_data(settings, asked, timeout=DATA_REQUEST_TIMEOUT_S)
+    except Unroutable:
+        problem = "No queue takes data requests: run ltm topology. Nothing was asked."
+        return await _data_requests(request, problem=problem, status=503)
+    except ChannelNotFoundEntity:
+        problem = "The broker has no topology: run ltm topology. Nothing was asked."
+        return await _data_requests(request, problem=problem, status=503)
+    except TimeoutError:
+        problem = (
+            f"No answer within {DATA_REQUEST_TIMEOUT_S:g} s (request {asked.request_id}): "
+            "the worker may be away; the request stays queued and will be answered."
+        )
+        return await _data_requests(request, problem=problem, status=504)
 
 
 def _ids(request: web.Request) -> tuple[int, int]:

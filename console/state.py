@@ -10,6 +10,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from console.adapters.broker import BrokerLink
+from console.adapters.data_requests import DataRequestRecords
 from console.adapters.memories import MemoryFinder
 from console.core.sessions import LoginThrottle, Session, Sessions
 from console.overview import Overview
@@ -46,6 +47,10 @@ class Console:
     @property
     def finder(self) -> MemoryFinder:
         return MemoryFinder(self.engine)
+
+    @property
+    def data_requests(self) -> DataRequestRecords:
+        return DataRequestRecords(self.engine)
 
     def notify(self, session: Session, kind: Literal["done", "problem"], text: str) -> None:
         self.notices.setdefault(session.csrf_token, []).append(Notice(kind, text))

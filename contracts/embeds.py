@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validat
 
 from contracts.envelope import Event
 from contracts.ids import DiscordId, ToolCallId
+from contracts.results import MemoryScope
 
 __all__ = [
     "CREATE_COLOR",
@@ -91,3 +92,8 @@ class EmbedRequested(Event):
     shard_id: NonNegativeInt
     kind: EmbedKind
     embed: EmbedPayload
+    # The memory the notice is about, so that the gateway records the notice it posts and an
+    # erasure of the memory's subject can take it back (absent from older workers' events).
+    memory_id: int | None = None
+    scope: MemoryScope | None = None
+    owner_disc_id: DiscordId | None = None

@@ -13,7 +13,8 @@ from gateway.caches import (
     instance_name,
 )
 from gateway.console import ConsoleSender, render_embed
-from gateway.delivery import Delivery, EmbedSender
+from gateway.data_rights import DataRights
+from gateway.delivery import Delivery, EmbedSender, Retraction, SendResult
 from gateway.directory import (
     MemberDirectory,
     MemberRow,
@@ -30,8 +31,9 @@ from gateway.discord_sender import (
 from gateway.embeds import to_hikari_embed
 from gateway.memories import MemoryReader, MemorySource
 from gateway.metrics import EmbedFailure, GatewayMetrics
+from gateway.notices import NoticeRecords, PostedNotices
 from gateway.process import open_sender, run_gateway
-from gateway.shard_consumer import ResultSink, SeenEvents, ShardConsumer
+from gateway.shard_consumer import AnswerSink, ResultSink, SeenEvents, ShardConsumer
 from gateway.tool_client import (
     TIMEOUT_STATUS,
     UNAVAILABLE_STATUS,
@@ -46,8 +48,10 @@ from gateway.tool_client import (
 __all__ = [
     "TIMEOUT_STATUS",
     "UNAVAILABLE_STATUS",
+    "AnswerSink",
     "CacheInvalidationConsumer",
     "ConsoleSender",
+    "DataRights",
     "Delivery",
     "DiscordSender",
     "EmbedFailure",
@@ -61,9 +65,13 @@ __all__ = [
     "MemoryReader",
     "MemorySource",
     "MessageContext",
+    "NoticeRecords",
+    "PostedNotices",
     "ResultSink",
+    "Retraction",
     "RetryPolicy",
     "SeenEvents",
+    "SendResult",
     "ShardConsumer",
     "TTLCache",
     "ToolClient",

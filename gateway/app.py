@@ -16,7 +16,11 @@ Two ways to run it:
   closes; `gateway.tool_client` and `gateway.caches` are then the bot's.
 
 Either way `gateway.memories` (a `MemoryReader`) reads what a persona sees of its memories,
-for the LLM's context, kept in `gateway.caches` while the gateway consumes invalidations.
+for the LLM's context, kept in `gateway.caches` while the gateway consumes invalidations;
+`gateway.data_rights` (a `DataRights`) asks for a user's export or erasure, for the bot's
+`/memory export` and `/memory forget-me`. Every notice posted is recorded in
+`posted_notices`, so that an erasure can take it back. With `LTM_FORGET_SERVER_ON_REMOVAL`, a
+bot's gateway removed from a guild asks for the erasure of that server.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import hikari
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from gateway.caches import CacheInvalidationConsumer, GatewayCaches, instance_name
+from gateway.data_rights import DataRights
 from gateway.delivery import EmbedSender
 from gateway.discord_sender import DiscordSender, RetryPolicy
 from gateway.memories import MemoryReader
 from gateway.metrics import GatewayMetrics
+from gateway.notices import PostedNotices
 from gateway.shard_consumer import ShardConsumer
-from gateway.tool_client import ToolClient
+from gateway.tool_client import ToolClient, ToolClientUnavailable
 from infra.messaging import amqp
 from infra.messaging.confirms import ConfirmingChannel
 from infra.messaging.topology import declare_shard_queue, ensure_topology
@@ -65,6 +71,7 @@ class Gateway:
         connection: AbstractRobustConnection | None = None,
         reconnect_interval_s: float | None = None,
         memories: MemoryReader | None = None,
+        notices: PostedNotices | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         """`shards`: those this process owns; None to decide at `start` (or from the bot).
@@ -78,7 +85,8 @@ class Gateway:
         default), declaring its queues and consumers again.
 
         `memories`: a reader over `caches`; without one the gateway reads through a small
-        database pool of its own (`LTM_DATABASE_URL`), closed at `stop`.
+        database pool of its own (`LTM_DATABASE_URL`), closed at `stop`; `notices`, where the
+        posted notices are recorded, likewise.
         """
         self.settings = settings
         self.topology = settings.topology
@@ -90,6 +98,7 @@ class Gateway:
         self.memories = memories or MemoryReader.from_settings(
             settings, self.caches, listening=lambda: self.receives_invalidations
         )
+        self.notices = notices or PostedNotices.from_settings(settings)
         self.instance = instance or instance_name()
         self.prefetch = prefetch
         self.tool_timeout_s = tool_timeout_s
@@ -98,6 +107,7 @@ class Gateway:
         self.reconnect_interval_s = reconnect_interval_s
         self.metrics = metrics or GatewayMetrics()
         self._tool_client: ToolClient | None = None
+        self._data_rights: DataRights | None = None
         self._shard_consumer: ShardConsumer | None = None
         self._cache_consumer: CacheInvalidationConsumer | None = None
         self._channels: list[AbstractChannel] = []
@@ -115,6 +125,12 @@ class Gateway:
         if self._tool_client is None:
             raise RuntimeError("the gateway is not started")
         return self._tool_client
+
+    @property
+    def data_rights(self) -> DataRights:
+        if self._data_rights is None:
+            raise RuntimeError("the gateway is not started")
+        return self._data_rights
 
     @property
     def shard_consumer(self) -> ShardConsumer:
@@ -205,6 +221,7 @@ class Gateway:
             user_id=broker_user(str(getattr(connection, "url", self.settings.amqp_url))),
         )
         await self._tool_client.start()
+        self._data_rights = DataRights(self._tool_client)
 
         consume_channel = await connection.channel()
         self._channels.append(consume_channel)
@@ -218,6 +235,8 @@ class Gateway:
             self.topology,
             sender=self.sender,
             results=self._tool_client,
+            answers=self._data_rights,
+            notices=self.notices,
             metrics=self.metrics,
         )
 
@@ -268,6 +287,8 @@ class Gateway:
             self._unwatch(self._connection)
         if self._tool_client is not None:
             self._tool_client.close()
+        if self._data_rights is not None:
+            self._data_rights.close()
         if self._cache_consumer is not None:
             await self._cache_consumer.stop(grace_s)
         if self._shard_consumer is not None:
@@ -282,6 +303,7 @@ class Gateway:
             await self._connection.close()
             self._connection = None
         await self.memories.close()
+        await self.notices.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -336,6 +358,21 @@ class Gateway:
         bot.subscribe(hikari.StartingEvent, on_starting)
         bot.subscribe(hikari.StartedEvent, on_started)
         bot.subscribe(hikari.StoppingEvent, on_stopping)
+        if self.settings.forget_server_on_removal:
+            bot.subscribe(hikari.GuildLeaveEvent, self.on_guild_leave)
+
+    async def on_guild_leave(self, event: hikari.GuildLeaveEvent) -> None:
+        """The bot was removed from the guild (or the guild was deleted): hikari tells an
+        outage apart (`GuildUnavailableEvent`), so this one is for good. Asks for the server's
+        erasure; a request that cannot be published is logged (the operators can still ask,
+        `ltm server forget`)."""
+        guild_id = str(int(event.guild_id))
+        try:
+            request_id = await self.data_rights.forget_removed_server(guild_id, self.instance)
+        except (ToolClientUnavailable, RuntimeError) as error:
+            log.error("gateway.server_erasure_not_requested", guild_id=guild_id, error=str(error))
+            return
+        log.info("gateway.server_erasure_requested", guild_id=guild_id, request_id=request_id)
 
 
 async def _close_channel(channel: AbstractChannel) -> None:

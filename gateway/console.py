@@ -2,15 +2,20 @@
 
 Each line of the embed starts with a bar in the embed's colour (24-bit ANSI) when the stream
 is a terminal, and with `|` otherwise; then the title, description, fields and footer.
+Each printed embed gets a message id of its own (a snowflake of the time it was printed), so
+that its notice is recorded and an erasure's retraction, printed as
+`[retracted <channel>/<message>]`, names it.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
-from typing import TextIO
+import time
+from typing import Final, TextIO
 
 from contracts import EmbedPayload, EmbedRequested
-from gateway.delivery import Delivery
+from gateway.delivery import Delivery, Retraction, SendResult
 from infra.observability.logs import get_logger
 
 __all__ = ["ConsoleSender", "render_embed"]
@@ -20,6 +25,8 @@ log = get_logger(__name__)
 _RESET = "\x1b[0m"
 _BOLD = "\x1b[1m"
 _DIM = "\x1b[2m"
+# Discord's epoch (2015-01-01), in milliseconds: the printed messages' ids are snowflakes.
+_DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 
 
 def _bar(color: int, ansi: bool) -> str:
@@ -55,8 +62,11 @@ class ConsoleSender:
     def __init__(self, stream: TextIO | None = None, *, ansi: bool | None = None) -> None:
         self._stream = stream
         self._ansi = ansi
+        # The low 22 bits count within the process, as Discord's worker and sequence bits do.
+        now_ms = time.time_ns() // 1_000_000 - _DISCORD_EPOCH_MS
+        self._message_ids = itertools.count(now_ms << 22)
 
-    async def send(self, request: EmbedRequested) -> Delivery:
+    async def send(self, request: EmbedRequested) -> SendResult:
         stream = self._stream if self._stream is not None else sys.stdout
         ansi = self._ansi if self._ansi is not None else stream.isatty()
         heading = f"[embed to channel {request.channel_id} · {request.kind}]"
@@ -68,4 +78,11 @@ class ConsoleSender:
             event_id=str(request.event_id),
             channel_id=request.channel_id,
         )
-        return Delivery.SENT
+        return SendResult(Delivery.SENT, str(next(self._message_ids)))
+
+    async def retract(self, channel_id: str, message_id: str) -> Retraction:
+        stream = self._stream if self._stream is not None else sys.stdout
+        stream.write(f"[retracted {channel_id}/{message_id}]\n")
+        stream.flush()
+        log.info("notice.retracted", channel_id=channel_id, message_id=message_id)
+        return Retraction.DELETED

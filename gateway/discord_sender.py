@@ -1,4 +1,5 @@
-"""Posts embeds to Discord through hikari's REST client, classifying each failure.
+"""Posts embeds to Discord through hikari's REST client, and deletes them again on request,
+classifying each failure.
 
 - 403 (`hikari.ForbiddenError`) and 404 (`hikari.NotFoundError`), and any other 4xx but 429:
   the message can never be posted. Logged, and the delivery is acknowledged (`DROPPED`).
@@ -10,6 +11,10 @@
 Each message carries a nonce derived from the event id, which hikari sends with
 `enforce_nonce`: when a retry follows a request that Discord did carry out (a timeout after
 the write), Discord answers with the first message instead of posting a second one.
+
+A retraction (`retract`) deletes a posted notice: 404 means it is gone already (deleted);
+403 is `FORBIDDEN` and any other 4xx `REJECTED`, both kept for the operators to see; the
+transient failures are retried as a post's are, then `RETRY_LATER`.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from tenacity import (
 )
 
 from contracts import EmbedRequested
-from gateway.delivery import Delivery
+from gateway.delivery import Delivery, Retraction, SendResult
 from gateway.embeds import to_hikari_embed
 from gateway.metrics import EmbedFailure, GatewayMetrics
 from infra.observability import tracing
@@ -43,6 +48,7 @@ log = get_logger(__name__)
 _NONCE_LENGTH = 25
 # The route of `create_message`, as an HTTP client span names it.
 _CREATE_MESSAGE = "/channels/{channel.id}/messages"
+_DELETE_MESSAGE = "/channels/{channel.id}/messages/{message.id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +90,7 @@ class DiscordSender:
         self._policy = policy or RetryPolicy()
         self._metrics = metrics or GatewayMetrics()
 
-    async def send(self, request: EmbedRequested) -> Delivery:
+    async def send(self, request: EmbedRequested) -> SendResult:
         bound = log.bind(
             tool_call_id=request.tool_call_id,
             event_id=str(request.event_id),
@@ -118,7 +124,7 @@ class DiscordSender:
                 discord_code=error.code,
                 discord_message=error.message,
             )
-            return Delivery.DROPPED
+            return SendResult(Delivery.DROPPED)
         except hikari.ClientHTTPResponseError as error:
             self._metrics.embed_failed("rejected")
             bound.error(
@@ -127,7 +133,7 @@ class DiscordSender:
                 discord_code=error.code,
                 discord_message=error.message,
             )
-            return Delivery.DROPPED
+            return SendResult(Delivery.DROPPED)
         except Exception as error:
             if not is_transient_discord_fault(error) and not isinstance(
                 error, hikari.RateLimitTooLongError | hikari.ComponentStateConflictError
@@ -135,11 +141,48 @@ class DiscordSender:
                 raise
             self._metrics.embed_failed("unavailable")
             bound.warning("embed.send_failed_requeue", error=repr(error))
-            return Delivery.RETRY_LATER
+            return SendResult(Delivery.RETRY_LATER)
         bound.info("embed.sent", message_id=str(message.id))
-        return Delivery.SENT
+        return SendResult(Delivery.SENT, str(message.id))
 
-    def _retrying(self, bound: structlog.stdlib.BoundLogger) -> AsyncRetrying:
+    async def retract(self, channel_id: str, message_id: str) -> Retraction:
+        bound = log.bind(channel_id=channel_id, message_id=message_id)
+        retrying = self._retrying(bound, "notice.retract_retrying")
+        try:
+            with tracing.posting("DELETE", _DELETE_MESSAGE, channel_id=channel_id) as span:
+                try:
+                    async for attempt in retrying:
+                        with attempt:
+                            await self._rest.delete_message(int(channel_id), int(message_id))
+                except hikari.HTTPResponseError as error:
+                    status = int(error.status)
+                    tracing.failed(span, str(status), error.message, status_code=status)
+                    raise
+        except hikari.NotFoundError:
+            bound.info("notice.already_gone")
+            return Retraction.DELETED
+        except hikari.ClientHTTPResponseError as error:
+            forbidden = isinstance(error, hikari.ForbiddenError)
+            bound.warning(
+                "notice.retract_refused",
+                status=int(error.status),
+                discord_code=error.code,
+                discord_message=error.message,
+            )
+            return Retraction.FORBIDDEN if forbidden else Retraction.REJECTED
+        except Exception as error:
+            if not is_transient_discord_fault(error) and not isinstance(
+                error, hikari.RateLimitTooLongError
+            ):
+                raise
+            bound.warning("notice.retract_failed_requeue", error=repr(error))
+            return Retraction.RETRY_LATER
+        bound.info("notice.retracted")
+        return Retraction.DELETED
+
+    def _retrying(
+        self, bound: structlog.stdlib.BoundLogger, event: str = "embed.send_retrying"
+    ) -> AsyncRetrying:
         """Retries of transient failures within the policy's budget, each one logged."""
         policy = self._policy
 
@@ -147,7 +190,7 @@ class DiscordSender:
             outcome = state.outcome
             error = outcome.exception() if outcome is not None else None
             bound.warning(
-                "embed.send_retrying",
+                event,
                 attempt=state.attempt_number,
                 wait_s=round(state.upcoming_sleep, 3),
                 error=repr(error),

@@ -1,8 +1,15 @@
 """Consumes this process's shard queues (`<prefix>.gateway.shard.<n>`), with manual acks.
 
-- `tool_call.completed` wakes the tool call waiting in this process (`ToolClient.resolve`).
+- `tool_call.completed` wakes the tool call waiting in this process (`ToolClient.resolve`),
+  `data_request.completed` the data request (`DataRights.resolve`).
 - `embed.requested` is sent (Discord, or the terminal): acknowledged once sent or once it can
-  never succeed, requeued when Discord stayed unreachable for the sender's retry budget.
+  never succeed, requeued when Discord stayed unreachable for the sender's retry budget. A
+  posted notice is recorded (`posted_notices`) before its event counts as handled: a record
+  that fails requeues it, and the copy posted again (the same nonce: Discord answers with the
+  first message) is recorded then.
+- `notice.retract` deletes a notice this shard posted, then its record (a 404 counts as
+  deleted); a 403 keeps the record, marked `forbidden`. Requeued while Discord or the
+  database is away.
 - Deduplicated by `event_id`: a bounded LRU of the ids handled to completion, and a per-id
   lock so that two copies delivered at once are handled one after the other. A redelivered or
   duplicated embed is never sent twice by this process (and Discord's `enforce_nonce` covers a
@@ -24,15 +31,23 @@ from typing import Protocol
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from contracts import EmbedRequested, Event, ToolCallCompleted, Topology
+from contracts import (
+    DataRequestCompleted,
+    EmbedRequested,
+    Event,
+    NoticeRetract,
+    ToolCallCompleted,
+    Topology,
+)
 from gateway.consumer import EventConsumer
-from gateway.delivery import Delivery, EmbedSender
+from gateway.delivery import Delivery, EmbedSender, Retraction, SendResult
 from gateway.metrics import GatewayMetrics
+from gateway.notices import NoticeRecords
 from infra.messaging.settlement import Outcome
 from infra.messaging.topology import declare_shard_queue
 from infra.observability.logs import get_logger
 
-__all__ = ["ResultSink", "SeenEvents", "ShardConsumer"]
+__all__ = ["AnswerSink", "ResultSink", "SeenEvents", "ShardConsumer"]
 
 log = get_logger(__name__)
 
@@ -41,6 +56,12 @@ class ResultSink(Protocol):
     """Where results go: the `ToolClient` of this process."""
 
     def resolve(self, completed: ToolCallCompleted) -> bool: ...
+
+
+class AnswerSink(Protocol):
+    """Where data requests' answers go: the `DataRights` of this process."""
+
+    def resolve(self, completed: DataRequestCompleted) -> bool: ...
 
 
 class SeenEvents:
@@ -90,7 +111,7 @@ class ShardConsumer(EventConsumer):
     """Consumes the queues of the shards this process owns."""
 
     log_prefix = "shard"
-    accepts = (ToolCallCompleted, EmbedRequested)
+    accepts = (ToolCallCompleted, EmbedRequested, DataRequestCompleted, NoticeRetract)
     traced = True
 
     def __init__(
@@ -100,13 +121,21 @@ class ShardConsumer(EventConsumer):
         *,
         sender: EmbedSender,
         results: ResultSink,
+        answers: AnswerSink | None = None,
+        notices: NoticeRecords | None = None,
         seen: SeenEvents | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
-        """`channel` should have a prefetch (QoS) set: it bounds the deliveries in flight."""
+        """`channel` should have a prefetch (QoS) set: it bounds the deliveries in flight.
+
+        `answers`: where data requests' answers go (None: acknowledged, nobody waits);
+        `notices`: where posted notices are recorded (None: not recorded, and a retraction
+        only deletes the message)."""
         super().__init__(channel, topology, metrics)
         self._sender = sender
         self._results = results
+        self._answers = answers
+        self._notices = notices
         self.seen = seen or SeenEvents()
         self._locks = _KeyedLocks()
         self._shards: set[int] = set()
@@ -140,14 +169,16 @@ class ShardConsumer(EventConsumer):
                 task.cancel()
 
     async def _handle(self, event: Event, message: AbstractIncomingMessage) -> Outcome:
-        assert isinstance(event, ToolCallCompleted | EmbedRequested)
+        assert isinstance(
+            event, ToolCallCompleted | EmbedRequested | DataRequestCompleted | NoticeRetract
+        )
         async with self._locks.hold(event.event_id):
             if event.event_id in self.seen:
                 log.info(
                     "shard.duplicate",
                     event_type=event.event_type,
                     event_id=str(event.event_id),
-                    tool_call_id=event.tool_call_id,
+                    tool_call_id=event.correlation_id,
                     redelivered=message.redelivered,
                 )
                 return Outcome.HANDLED
@@ -156,8 +187,44 @@ class ShardConsumer(EventConsumer):
                 self._metrics.results.labels(str(waiting).lower()).inc()
                 self.seen.add(event.event_id)
                 return Outcome.HANDLED
+            if isinstance(event, DataRequestCompleted):
+                if self._answers is not None:
+                    self._answers.resolve(event)
+                self.seen.add(event.event_id)
+                return Outcome.HANDLED
+            if isinstance(event, NoticeRetract):
+                return await self._retract(event)
             sent = await asyncio.shield(self._send_once(event))
             return Outcome.RETRY_LATER if sent is Delivery.RETRY_LATER else Outcome.HANDLED
+
+    async def _retract(self, event: NoticeRetract) -> Outcome:
+        """Deletes the message, then its record; a refusal is written on the record."""
+        bound = log.bind(
+            event_id=str(event.event_id),
+            channel_id=event.channel_id,
+            message_id=event.message_id,
+            memory_id=event.memory_id,
+        )
+        retraction = await self._sender.retract(event.channel_id, event.message_id)
+        if retraction is Retraction.RETRY_LATER:
+            return Outcome.RETRY_LATER
+        if self._notices is not None:
+            try:
+                if retraction is Retraction.DELETED:
+                    await self._notices.retracted(event.channel_id, event.message_id)
+                else:
+                    await self._notices.refused(
+                        event.channel_id,
+                        event.message_id,
+                        "forbidden" if retraction is Retraction.FORBIDDEN else "rejected",
+                    )
+            except Exception as error:
+                # Deleting again is harmless (a 404 counts as deleted): try it all later.
+                bound.warning("notice.record_not_updated", error=repr(error))
+                return Outcome.RETRY_LATER
+        bound.info("notice.retract_handled", outcome=retraction.value)
+        self.seen.add(event.event_id)
+        return Outcome.HANDLED
 
     def _send_once(self, event: EmbedRequested) -> asyncio.Task[Delivery]:
         """The send of this event: the one under way, or a new one."""
@@ -170,7 +237,10 @@ class ShardConsumer(EventConsumer):
 
     async def _send(self, event: EmbedRequested) -> Delivery:
         try:
-            outcome = await self._sender.send(event)
+            sent = await self._sender.send(event)
+            outcome = sent.delivery
+            if sent.message_id is not None and not await self._recorded(event, sent):
+                outcome = Delivery.RETRY_LATER
         except Exception:
             # Not a failure the sender knows (a bug, most likely): requeuing would repeat it.
             log.exception(
@@ -183,3 +253,20 @@ class ShardConsumer(EventConsumer):
             # Recorded here, not by the handler: the handler may be gone by now.
             self.seen.add(event.event_id)
         return outcome
+
+    async def _recorded(self, event: EmbedRequested, sent: SendResult) -> bool:
+        """Whether the posted notice is recorded (or needs no record); a failure is logged."""
+        if self._notices is None or sent.message_id is None:
+            return True
+        try:
+            await self._notices.record(event, sent.message_id)
+        except Exception as error:
+            log.warning(
+                "embed.notice_not_recorded",
+                tool_call_id=event.tool_call_id,
+                event_id=str(event.event_id),
+                error=repr(error),
+            )
+            self._metrics.embed_failed("unavailable")
+            return False
+        return True

@@ -22,6 +22,7 @@ from aio_pika.abc import AbstractChannel, AbstractExchange
 
 from contracts import (
     MAX_SEEN,
+    Event,
     MemoryListing,
     Participant,
     ToolCallCompleted,
@@ -291,11 +292,32 @@ class ToolClient:
                 future.cancel()
 
     async def _publish(self, request: ToolCallRequested, *, timeout_s: float) -> None:
-        """Publishes until the broker confirms, within `timeout_s`: a call it refused (nack)
-        goes again on the new channel (`infra.messaging.confirms`); raises
-        `ToolClientUnavailable`."""
+        """Publishes the call, routed by its tool's name; raises `ToolClientUnavailable`."""
+        await self.publish(
+            request,
+            routing_key=request.tool_name,
+            conversation_id=request.tool_call_id,
+            timeout_s=timeout_s,
+            unroutable=f"no queue takes the tool {request.tool_name!r}",
+        )
+
+    async def publish(
+        self,
+        event: Event,
+        *,
+        routing_key: str,
+        conversation_id: str,
+        timeout_s: float,
+        unroutable: str,
+    ) -> None:
+        """Publishes `event` to the tool-call exchange until the broker confirms, within
+        `timeout_s`: one it refused (nack) goes again on the new channel
+        (`infra.messaging.confirms`); raises `ToolClientUnavailable`, saying `unroutable` when
+        no queue is bound for `routing_key`. Tool calls and data requests both go this way."""
+        if self._closed or self._exchange is None:
+            raise ToolClientUnavailable("the gateway is not running")
         deadline = time.monotonic() + timeout_s
-        properties = amqp_properties(request)
+        properties = amqp_properties(event)
 
         async def attempt(channel: AbstractChannel, _: aiormq.Channel) -> object:
             exchange = await self._exchange_on(channel)
@@ -303,19 +325,19 @@ class ToolClient:
             # and then this process's shard consumer, carry it on.
             with tracing.sending(
                 exchange=exchange.name,
-                routing_key=request.tool_name,
+                routing_key=routing_key,
                 message_id=properties["message_id"],
-                conversation_id=request.tool_call_id,
+                conversation_id=conversation_id,
                 headers=properties["headers"],
             ) as span:
                 confirmation = await exchange.publish(
-                    aio_pika.Message(encode_event(request), **properties, user_id=self.user_id),
-                    routing_key=request.tool_name,
+                    aio_pika.Message(encode_event(event), **properties, user_id=self.user_id),
+                    routing_key=routing_key,
                     mandatory=True,
                     timeout=max(deadline - time.monotonic(), 0.001),
                 )
                 if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-                    tracing.failed(span, "unroutable", "no queue takes the tool")
+                    tracing.failed(span, "unroutable", unroutable)
             return confirmation
 
         try:
@@ -331,8 +353,8 @@ class ToolClient:
         except Exception as error:
             raise ToolClientUnavailable(f"publishing failed: {error!r}") from error
         if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-            # Returned unroutable (no worker queue bound for this tool): nobody will answer.
-            raise ToolClientUnavailable(f"no queue takes the tool {request.tool_name!r}")
+            # Returned unroutable (no worker queue bound for this key): nobody will answer.
+            raise ToolClientUnavailable(unroutable)
 
     def _check_can_send(self, tool_call_id: str, shard_id: int) -> None:
         """Raises `ToolClientUnavailable` when this call cannot be sent from here."""

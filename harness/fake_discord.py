@@ -6,7 +6,10 @@ honours `nonce` + `enforce_nonce` as Discord does (the same nonce in the same ch
 the first message). Every request is recorded. Per channel, answers can be scripted: 403
 (Missing Permissions, code 50013), 404 (Unknown Channel, code 10003), 429 (with `retry_after`
 and the `X-RateLimit-*` / `Retry-After` headers hikari reads), 500, each once or always.
-`GET /api/v10/users/@me` answers the bot user.
+`GET /api/v10/users/@me` answers the bot user. `DELETE
+/api/v10/channels/{id}/messages/{message}` deletes a message it created (204), answers 404
+(Unknown Message, code 10008) for one it does not know, and follows the channel's script too
+(`Reply.forbidden()` for a 403).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ class Reply:
     @classmethod
     def not_found(cls) -> Reply:
         return cls(404, {"message": "Unknown Channel", "code": 10003})
+
+    @classmethod
+    def unknown_message(cls) -> Reply:
+        return cls(404, {"message": "Unknown Message", "code": 10008})
 
     @classmethod
     def server_error(cls) -> Reply:
@@ -109,6 +116,7 @@ class FakeDiscord:
         self.requests: list[RecordedRequest] = []
         self.arrived: list[str] = []  # channel ids of message POSTs, as they arrive
         self.messages: list[dict[str, Any]] = []
+        self.deleted: list[dict[str, Any]] = []  # the messages deleted, in order
         self._scripts: dict[str, _ChannelScript] = {}
         self._ids = itertools.count(int(snowflake()))
         self._runner: web.AppRunner | None = None
@@ -139,6 +147,14 @@ class FakeDiscord:
             if request.method == "POST" and request.channel_id == str(channel_id)
         ]
 
+    def deletes(self, channel_id: int | str) -> list[RecordedRequest]:
+        """Every `DELETE /channels/<id>/messages/<message>` received, whatever it was answered."""
+        return [
+            request
+            for request in self.requests
+            if request.method == "DELETE" and request.channel_id == str(channel_id)
+        ]
+
     def messages_in(self, channel_id: int | str) -> list[dict[str, Any]]:
         """The messages created in the channel."""
         return [message for message in self.messages if message["channel_id"] == str(channel_id)]
@@ -148,6 +164,9 @@ class FakeDiscord:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
+        app.router.add_delete(
+            "/api/v10/channels/{channel_id}/messages/{message_id}", self._delete_message
+        )
         app.router.add_get("/api/v10/users/@me", self._me)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         self._runner = web.AppRunner(app, access_log=None)
@@ -235,6 +254,35 @@ class FakeDiscord:
         message = self._message(channel_id, body)
         self.messages.append(message)
         return self._json(200, message)
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        at = time.monotonic()
+        channel_id, message_id = request.match_info["channel_id"], request.match_info["message_id"]
+        if not self._authorized(request):
+            self._record(request, channel_id, None, 401, at)
+            return self._json(401, {"message": "401: Unauthorized", "code": 0})
+        reply = self._next_reply(channel_id)
+        if reply is not None and reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply is not None and reply.status != 200:
+            self._record(request, channel_id, None, reply.status, at)
+            return self._json(reply.status, reply.body, reply.headers)
+        found = next(
+            (
+                message
+                for message in self.messages
+                if message["channel_id"] == channel_id and message["id"] == message_id
+            ),
+            None,
+        )
+        if found is None:
+            self._record(request, channel_id, None, 404, at)
+            unknown = Reply.unknown_message()
+            return self._json(unknown.status, unknown.body)
+        self.messages.remove(found)
+        self.deleted.append(found)
+        self._record(request, channel_id, None, 204, at)
+        return web.Response(status=204)
 
     def _message(self, channel_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         embeds = [{"type": "rich", **embed} for embed in body.get("embeds") or ()]

@@ -273,6 +273,13 @@ class Settings(BaseSettings):
     user_cache_ttl_s: float = Field(
         default=1800.0, description="seconds an entry of the gateway's user cache lives"
     )
+    forget_server_on_removal: bool = Field(
+        default=False,
+        description=(
+            "`true`: a gateway removed from a guild (not an outage) asks for the erasure of "
+            "that server's memories, as `bot_removed`"
+        ),
+    )
 
     @field_validator("trusted_publishers", mode="before")
     @classmethod

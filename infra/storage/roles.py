@@ -32,6 +32,7 @@ TABLES: Final = (
     "personal_memories",
     "personalization_blacklist",
     "personas",
+    "posted_notices",
     "server_configs",
     "server_memories",
     "servers",
@@ -57,6 +58,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "memory_revisions": ("SELECT", "INSERT"),
         "tool_call_inbox": ("SELECT", "INSERT", "UPDATE"),
         "outbox": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # The notices an erasure asks the gateways to retract.
+        "posted_notices": _READ,
     },
     GATEWAY: {
         # The member directory, and the servers row it needs.
@@ -67,6 +70,9 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "users": _READ,
         "server_memories": _READ,
         "personal_memories": _READ,
+        # The notices it posted, recorded, and deleted once retracted (SELECT: the key in
+        # the WHERE of its UPDATE and DELETE).
+        "posted_notices": ("SELECT", "INSERT", "UPDATE", "DELETE"),
     },
     OPERATOR: {
         # Reads everything (`ltm audit history`, `ltm memory list`, …) …

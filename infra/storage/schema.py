@@ -52,6 +52,7 @@ __all__ = [
     "personal_memories",
     "personalization_blacklist",
     "personas",
+    "posted_notices",
     "server_configs",
     "server_memories",
     "servers",
@@ -283,4 +284,24 @@ Index(
     "outbox_published_at_idx",
     outbox.c.published_at,
     postgresql_where=outbox.c.published_at.is_not(None),
+)
+
+# The notices the gateways posted in Discord (one per `embed.requested` they posted), kept so
+# that an erasure can retract them; `retract_error` says why a retraction did not happen.
+posted_notices: Final = Table(
+    "posted_notices",
+    metadata,
+    Column("event_id", Uuid, primary_key=True),
+    Column("shard_id", Integer, nullable=False),
+    Column("channel_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("memory_id", BigInteger, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("owner_disc_id", Text, nullable=True),
+    Column("guild_id", Text, nullable=True),
+    _timestamp("posted_at", now=True),
+    Column("retract_error", Text, nullable=True),
+    Index("posted_notices_memory_idx", "memory_id"),
+    Index("posted_notices_guild_idx", "guild_id"),
+    Index("posted_notices_message_idx", "channel_id", "message_id"),
 )

@@ -1,7 +1,9 @@
 """The operator console in a real browser (chromium through Playwright), with a real worker,
 broker and database: log in, watch the overview move, replay a dead letter, read a memory's
 history and restore it, follow the audit stream live, revert one user's changes from the
-Changes page; a request without a session or without its CSRF token changes nothing.
+Changes page; a request without a session or without its CSRF token changes nothing; the data
+requests listed with their receipts, a user exported, an erasure refused until its subject's id
+is typed again (the test answers the data requests in the worker's place).
 
 Screenshots go to `LTM_SCREENSHOTS` when set (`make screenshots` keeps them in
 docs/screenshots), else to the test's own folder.
@@ -10,28 +12,48 @@ docs/screenshots), else to the test's own folder.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import urllib.request
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import psycopg
 import pytest
-from aio_pika.abc import AbstractChannel
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from playwright.async_api import Page, expect
 
 from console.passwords import hash_password
 from contracts import (
+    DATA_REQUEST_ROUTING_KEY,
+    DataRequestCompleted,
+    DataRequestRequested,
     DeadLettersReplayed,
+    ExportDocument,
     MemoriesReverted,
     MemoryRestored,
+    Receipt,
     ToolCallCompleted,
     ToolCallRequested,
     Topology,
+    amqp_properties,
+    decode_event,
+    encode_event,
+    result_routing_key,
 )
-from harness.broker import EventTap, own_topology, publish_tool_call, queue_depth, tap_events
+from contracts.data_requests import ExportedUser
+from harness.broker import (
+    EventTap,
+    own_topology,
+    publish_raw,
+    publish_tool_call,
+    queue_depth,
+    tap_events,
+)
 from harness.processes import LtmProcess, free_port
 from harness.services import TestServices
 from harness.snowflake import snowflake
@@ -337,6 +359,157 @@ async def test_requests_without_a_session_or_its_csrf_token_change_nothing(
     await expect(
         page.locator(f'tr.letter[data-tool-call-id="{call.tool_call_id}"]')
     ).to_be_visible()
+
+
+# The columns of `data_requests` (its migration comes with the worker's handling of requests).
+DATA_REQUESTS_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS data_requests (
+    request_id text PRIMARY KEY, kind text NOT NULL, subject_kind text NOT NULL,
+    subject_id text NOT NULL, requested_by_kind text NOT NULL, requested_by_id text NOT NULL,
+    reason text NULL, received_at timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz NULL, status text NOT NULL, receipt jsonb NULL
+)
+"""
+
+Answering = Callable[[DataRequestRequested], DataRequestCompleted]
+
+
+class WorkerStandIn:
+    """Answers the data requests published while it runs, as the worker would, and keeps
+    what it was asked: from a copy of the worker's queue's routing."""
+
+    def __init__(self, deployment: Deployment, answer: Answering) -> None:
+        self.deployment, self.answer = deployment, answer
+        self.asked: list[tuple[DataRequestRequested, AbstractIncomingMessage]] = []
+
+    async def __aenter__(self) -> WorkerStandIn:
+        channel, topology = self.deployment.channel, self.deployment.topology
+        self.queue = await channel.declare_queue(
+            f"test-data-requests-{uuid.uuid4().hex[:8]}", exclusive=True, auto_delete=True
+        )
+        exchange = await channel.get_exchange(topology.tool_calls_exchange, ensure=False)
+        await self.queue.bind(exchange, routing_key=DATA_REQUEST_ROUTING_KEY)
+        self.tag = await self.queue.consume(self._on_request)
+        return self
+
+    async def _on_request(self, message: AbstractIncomingMessage) -> None:
+        await message.ack()
+        request = decode_event(message.body)
+        assert isinstance(request, DataRequestRequested) and request.context is not None
+        self.asked.append((request, message))
+        answer = self.answer(request)
+        await publish_raw(
+            self.deployment.channel,
+            self.deployment.topology.events_exchange,
+            encode_event(answer),
+            result_routing_key(request.context.shard_id),
+            **amqp_properties(answer),
+        )
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.queue.cancel(self.tag)
+        await self.queue.delete(if_unused=False, if_empty=False)
+
+
+def _done(request: DataRequestRequested, **fields: object) -> DataRequestCompleted:
+    return DataRequestCompleted.model_validate(
+        {
+            "request_id": request.request_id,
+            "kind": request.kind,
+            "subject": request.subject,
+            "requested_by": request.requested_by,
+            "status": "done",
+            **fields,
+        }
+    )
+
+
+def _seed_data_requests(settings: Settings, user_id: str) -> tuple[str, str]:
+    """Two answered requests (the older one an erasure with its receipt) and a notice Discord
+    refused to retract; returns the two request ids, oldest first."""
+    older, newer = f"seeded-{uuid.uuid4()}", f"seeded-{uuid.uuid4()}"
+    receipt = json.dumps(Receipt(memories_deleted=2, notices_to_retract=1).model_dump())
+    with psycopg.connect(settings.database_url) as connection:
+        connection.execute(DATA_REQUESTS_TABLE)
+        connection.execute(
+            "INSERT INTO data_requests (request_id, kind, subject_kind, subject_id,"
+            " requested_by_kind, requested_by_id, received_at, completed_at, status, receipt)"
+            " VALUES (%s, 'erase', 'user', %s, 'user', %s, now() - interval '1 hour',"
+            " now() - interval '1 hour', 'done', %s::jsonb),"
+            " (%s, 'export', 'user', %s, 'operator', 'cli:root', now(), now(), 'done', NULL)",
+            (older, user_id, user_id, receipt, newer, user_id),
+        )
+        connection.execute(
+            "INSERT INTO posted_notices (event_id, shard_id, channel_id, message_id, memory_id,"
+            " scope, owner_disc_id, guild_id, retract_error)"
+            " VALUES (%s, 0, '5005', '6006', 77, 'target_user', %s, NULL, 'forbidden')",
+            (uuid.uuid4(), user_id),
+        )
+    return older, newer
+
+
+async def test_the_data_requests_page_lists_the_requests_newest_first_with_receipts(
+    page: Page, deployment: Deployment, settings: Settings
+) -> None:
+    older, newer = _seed_data_requests(settings, snowflake())
+    await page.goto("/data-requests")
+    rows = page.locator("tr.request")
+    await expect(rows.nth(0)).to_have_attribute("data-request-id", newer)
+    await expect(rows.nth(1)).to_have_attribute("data-request-id", older)
+    await expect(rows.nth(1).locator(".receipt")).to_contain_text("memories_deleted 2")
+    await expect(page.locator('tr.unretracted[data-message-id="6006"]')).to_contain_text(
+        "forbidden"
+    )
+    await page.screenshot(path=deployment.shots / "data_requests.png", full_page=True)
+
+
+async def test_an_export_shows_the_document_and_downloads_it_as_json(
+    page: Page, deployment: Deployment
+) -> None:
+    user_id = snowflake()
+    document = ExportDocument(
+        user=ExportedUser(user_id=user_id, user_nickname="Ali", privacy_level=1)
+    )
+    async with WorkerStandIn(deployment, lambda asked: _done(asked, document=document)) as worker:
+        await page.goto("/data-requests")
+        await page.get_by_label("User id").fill(user_id)
+        await page.get_by_role("button", name="Export", exact=True).click()
+        await expect(page.locator("#export-document")).to_contain_text(f'"user_id": "{user_id}"')
+        async with page.expect_download() as downloading:
+            await page.get_by_role("button", name="Download JSON").click()
+        downloaded = await downloading.value
+        saved = await downloaded.path()
+    assert json.loads(saved.read_text())["user"]["user_nickname"] == "Ali"
+    assert downloaded.suggested_filename == f"export-{user_id}.json"
+    [(request, message), _] = worker.asked
+    assert (request.kind, request.subject.user_id) == ("export", user_id)
+    assert request.requested_by.model_dump() == {"kind": "operator", "id": f"console:{OPERATOR}"}
+    assert message.correlation_id == request.request_id
+
+
+async def test_an_erasure_is_refused_until_the_subjects_id_is_typed_again(
+    page: Page, deployment: Deployment
+) -> None:
+    user_id = snowflake()
+    receipt = Receipt(memories_deleted=3, revisions_redacted=5)
+    async with WorkerStandIn(deployment, lambda asked: _done(asked, receipt=receipt)) as worker:
+        await page.goto("/data-requests")
+        erase = page.locator("form.erase")
+        await erase.get_by_label("Id", exact=True).fill(user_id)
+        await erase.get_by_label("Type the id again").fill(user_id[:-1] + "0")
+        await erase.get_by_label("Reason").fill("the user asked by mail")
+        await erase.get_by_role("button", name="Erase").click()
+        await expect(page.locator(".notice.problem")).to_contain_text("Nothing was erased")
+        assert worker.asked == []
+
+        await erase.get_by_label("Type the id again").fill(user_id)
+        await erase.get_by_role("button", name="Erase").click()
+        await expect(page.locator(".notice.done")).to_contain_text(
+            f"Erased user {user_id}: memories_deleted 3, revisions_redacted 5"
+        )
+    [(request, _)] = worker.asked
+    assert (request.kind, request.subject.user_id, request.strict) == ("erase", user_id, False)
+    assert request.requested_by.id == f"console:{OPERATOR}"
 
 
 def _a_number(*, decimal: bool = False) -> re.Pattern[str]:

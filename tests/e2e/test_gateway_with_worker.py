@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 
 from contracts import DELETE_COLOR, UPDATE_COLOR, Participant
@@ -155,3 +156,37 @@ async def test_a_repeated_tool_call_is_answered_again_without_a_second_embed(
     assert embed["color"] == DELETE_COLOR and "Carol" in embed["title"]
     assert "Carol plays chess" in embed["description"]
     assert len(await world.revisions(memory_id)) == 1
+
+
+async def test_the_notice_of_a_call_is_recorded_with_its_memory(
+    gateway: Gateway, fake_discord: FakeDiscord, world: World, settings: Settings
+) -> None:
+    server = await world.server()
+    persona = await world.persona(server)
+    memory_id = await world.server_memory(persona, "{user} bakes bread")
+    triggerer = snowflake()
+    context = _context(
+        server.disc_id, persona.persona_id, triggerer, (participant(triggerer, "Eve"),)
+    )
+    answer = await gateway.tool_client.call(
+        f"e2e-notice-{uuid.uuid4()}",
+        "update_long_term_memory",
+        {"memory_id": memory_id, "memory_content": "{user} bakes sourdough"},
+        context,
+        timeout_s=20,
+    )
+    assert answer["success"] is True
+    channel = str(context.channel_id)
+    await _posted(fake_discord, channel)
+    [message] = fake_discord.messages_in(channel)
+
+    async def recorded() -> tuple[object, ...] | None:
+        with psycopg.connect(settings.database_url) as connection:
+            return connection.execute(
+                "SELECT message_id, memory_id, scope, guild_id, shard_id FROM posted_notices"
+                " WHERE channel_id = %s",
+                (channel,),
+            ).fetchone()
+
+    row = await eventually(recorded, what="the notice recorded")
+    assert row == (message["id"], memory_id, "server_wide", server.disc_id, SHARD)

@@ -106,9 +106,14 @@ def result_for(
 
 
 def embed_requested(
-    call: ToolCallRequested, kind: EmbedKind, embed: EmbedPayload
+    call: ToolCallRequested,
+    kind: EmbedKind,
+    embed: EmbedPayload,
+    result: ToolCallCompleted,
+    owner_disc_id: str | None,
 ) -> EmbedRequested:
-    """The embed a change shows in the channel of `call`."""
+    """The embed a change shows in the channel of `call`, naming the memory of its `result`
+    (and its owner, for a personal one)."""
     context = call.context
     return EmbedRequested(
         causation_id=call.event_id,
@@ -118,6 +123,9 @@ def embed_requested(
         shard_id=context.shard_id,
         kind=kind,
         embed=embed,
+        memory_id=result.data.memory_id,
+        scope=result.data.scope,
+        owner_disc_id=owner_disc_id,
     )
 
 

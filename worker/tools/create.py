@@ -267,6 +267,8 @@ def _result_and_events(
             personal_memories_enabled=state.personal_memories_enabled,
             owner_blacklisted=step.owner.blacklisted_here if step.owner else False,
         ),
+        result,
+        memory.owner_disc_id,
     )
     audit = MemoryCreated(
         causation_id=call.event_id,

@@ -220,6 +220,8 @@ def _result_and_events(
             personal_memories_enabled=state.personal_memories_enabled,
             owner_blacklisted=planned.owner.blacklisted_here if planned.owner else False,
         ),
+        result,
+        write.owner_disc_id,
     )
     audit_type = MemoryDeleted if write.is_delete else MemoryUpdated
     audit = audit_type(

@@ -340,6 +340,12 @@ async def assert_success_events(
     )
     assert embed.embed.title
     assert embed.embed.total_length() <= 6000
+    # The memory the notice is about: what the gateway records, for a later retraction.
+    assert (embed.memory_id, embed.scope, embed.owner_disc_id) == (
+        revision["memory_id"],
+        scope,
+        owner_id,
+    )
 
     assert isinstance(invalidation, CacheInvalidate)
     assert (invalidation.cache, invalidation.key) == (cache, cache_key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from typing import Any, cast
 
 import hikari
 import pytest
@@ -21,8 +22,10 @@ from contracts import (
 from gateway import (
     ConsoleSender,
     Delivery,
+    Gateway,
     GatewayCaches,
     MessageContext,
+    Retraction,
     SeenEvents,
     TTLCache,
     decode_tool_arguments,
@@ -33,6 +36,7 @@ from gateway import (
     timeout_answer,
     to_hikari_embed,
 )
+from infra.settings import Settings
 
 PAYLOAD = EmbedPayload(
     title="Tomori updated a memory",
@@ -108,7 +112,9 @@ async def test_the_console_sender_writes_to_its_stream() -> None:
         kind="memory_updated",
         embed=PAYLOAD,
     )
-    assert await ConsoleSender(stream).send(request) is Delivery.SENT
+    sent = await ConsoleSender(stream).send(request)
+    assert sent.delivery is Delivery.SENT
+    assert sent.message_id is not None and sent.message_id.isdigit()
     assert "Tomori updated a memory" in stream.getvalue()
     assert "channel 2" in stream.getvalue()
     assert "\x1b" not in stream.getvalue()  # a StringIO is no terminal
@@ -130,11 +136,18 @@ async def test_the_console_draws_a_created_memory_in_green() -> None:
         kind="memory_created",
         embed=created,
     )
-    assert await ConsoleSender(stream, ansi=True).send(request) is Delivery.SENT
+    assert (await ConsoleSender(stream, ansi=True).send(request)).delivery is Delivery.SENT
     drawn = stream.getvalue()
     assert "[embed to channel 2 · memory_created]" in drawn
     assert "\x1b[38;2;46;204;113m▌" in drawn  # 0x2ECC71
     assert "Bob hosts movie night" in drawn
+
+
+async def test_the_console_prints_a_retraction_and_counts_it_deleted() -> None:
+    stream = io.StringIO()
+    retraction = await ConsoleSender(stream).retract("2", "1234")
+    assert retraction is Retraction.DELETED
+    assert stream.getvalue() == "[retracted 2/1234]\n"
 
 
 def test_ttl_cache_entries_expire() -> None:
@@ -254,3 +267,29 @@ def test_the_timeout_answer_says_what_the_llm_should_do() -> None:
     assert answer["success"] is False
     assert "30 seconds" in answer["message"]
     assert "do not repeat" in answer["message"]
+
+
+class _Subscriptions:
+    """A bot that only records what is subscribed to it."""
+
+    def __init__(self) -> None:
+        self.events: list[type[Any]] = []
+
+    def subscribe(self, event_type: type[Any], callback: Any) -> None:
+        self.events.append(event_type)
+
+
+@pytest.mark.parametrize("forget", [False, True])
+async def test_a_bots_gateway_listens_for_its_removal_only_when_told_to(forget: bool) -> None:
+    settings = Settings(forget_server_on_removal=forget)
+    gateway = Gateway(settings, sender=ConsoleSender(io.StringIO()))
+    bot = _Subscriptions()
+    gateway.attach(cast(hikari.GatewayBot, bot))
+    assert (hikari.GuildLeaveEvent in bot.events) is forget
+    assert hikari.GuildUnavailableEvent not in bot.events  # an outage is no removal
+    await gateway.memories.close()
+    await gateway.notices.close()
+
+
+def test_the_removal_trigger_is_off_by_default() -> None:
+    assert Settings.model_fields["forget_server_on_removal"].default is False

@@ -91,6 +91,18 @@ CONTRACT_COLUMNS = {
         "published_at",
         "traceparent",
     ],
+    "posted_notices": [
+        "event_id",
+        "shard_id",
+        "channel_id",
+        "message_id",
+        "memory_id",
+        "scope",
+        "owner_disc_id",
+        "guild_id",
+        "posted_at",
+        "retract_error",
+    ],
 }
 
 

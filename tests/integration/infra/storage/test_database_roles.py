@@ -4,6 +4,7 @@ one of them can do what its part does and is refused the rest (docs/security.md)
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -194,3 +195,27 @@ async def test_an_operator_login_reads_everything_and_writes_only_what_a_restore
                    " VALUES (1, '1', 'x')")  # fmt: skip
     await _refused(operator, "UPDATE users SET privacy_level = 0")
     await _refused(operator, "DELETE FROM outbox")
+
+
+async def test_the_gateway_keeps_its_posted_notices_and_the_worker_reads_them(
+    settings: Settings, logins: LoginRoles
+) -> None:
+    gateway, worker = logins.url("ltm_gateway"), logins.url("ltm_worker")
+    event_id = uuid.uuid4()
+    async with await psycopg.AsyncConnection.connect(gateway, autocommit=True) as connection:
+        await connection.execute(
+            "INSERT INTO posted_notices (event_id, shard_id, channel_id, message_id, memory_id,"
+            " scope) VALUES (%s, 0, '1', '2', 3, 'server_wide')",
+            (event_id,),
+        )
+        await connection.execute(
+            "UPDATE posted_notices SET retract_error = 'forbidden' WHERE channel_id = '1'"
+            " AND message_id = '2'"
+        )
+    async with await psycopg.AsyncConnection.connect(worker) as connection:
+        cursor = await connection.execute(
+            "SELECT retract_error FROM posted_notices WHERE event_id = %s", (event_id,)
+        )
+        assert await cursor.fetchone() == ("forbidden",)
+    await _refused(worker, "DELETE FROM posted_notices WHERE event_id = %s", event_id)
+    await _allowed(gateway, "DELETE FROM posted_notices WHERE event_id = %s", event_id)
