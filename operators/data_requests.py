@@ -14,27 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Final
-
-import aio_pika
-import aiormq
+from collections.abc import Mapping
+from typing import Any, Final
 
 from contracts import (
     DATA_REQUEST_ROUTING_KEY,
     DataRequestCompleted,
     DataRequestRequested,
+    Event,
     RequestContext,
     RequestedBy,
     Subject,
-    amqp_properties,
-    decode_event,
-    encode_event,
-    result_routing_key,
 )
 from contracts.data_requests import RequestKind
-from infra.messaging import amqp
 from infra.settings import Settings
-from operators.tool_call import Unroutable
+from operators.tool_call import awaiting_answer, publish_mandatory
 
 __all__ = ["OPERATOR_CONTEXT", "operator_request", "request_data"]
 
@@ -72,35 +66,17 @@ async def request_data(
     without the topology, `TimeoutError` when no answer came within `timeout` seconds."""
     if request.context is None:
         raise ValueError("a request without a context is never answered")
-    topology = settings.topology
-    connection = await amqp.connect(settings)
-    async with connection:
-        channel = await connection.channel(publisher_confirms=True)
-        events = await channel.get_exchange(topology.events_exchange, ensure=True)
-        # Named among the bots' queues (their broker account may declare those), exclusive.
-        replies = await channel.declare_queue(
-            topology.call_queue(uuid.uuid4().hex), exclusive=True, auto_delete=True
+    async with awaiting_answer(
+        settings,
+        shard_id=request.context.shard_id,
+        correlation_id=request.request_id,
+        read=_completed,
+    ) as (tool_calls, answered):
+        await publish_mandatory(
+            tool_calls, request, DATA_REQUEST_ROUTING_KEY, user_id=settings.amqp_user
         )
-        await replies.bind(events, routing_key=result_routing_key(request.context.shard_id))
-        answered: asyncio.Future[DataRequestCompleted] = asyncio.get_running_loop().create_future()
-
-        async def on_reply(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-            async with message.process():
-                if message.correlation_id != request.request_id:
-                    return
-                event = decode_event(message.body)
-                if isinstance(event, DataRequestCompleted) and not answered.done():
-                    answered.set_result(event)
-
-        await replies.consume(on_reply)
-        tool_calls = await channel.get_exchange(topology.tool_calls_exchange, ensure=True)
-        confirmation = await tool_calls.publish(
-            aio_pika.Message(
-                encode_event(request), **amqp_properties(request), user_id=settings.amqp_user
-            ),
-            routing_key=DATA_REQUEST_ROUTING_KEY,
-            mandatory=True,
-        )
-        if not isinstance(confirmation, aiormq.spec.Basic.Ack):
-            raise Unroutable()
         return await asyncio.wait_for(answered, timeout)
+
+
+def _completed(event: Event, _headers: Mapping[str, Any]) -> DataRequestCompleted | None:
+    return event if isinstance(event, DataRequestCompleted) else None
