@@ -32,10 +32,12 @@ from contracts import (
 __all__ = [
     "ABSENT",
     "CONTENT_PREVIEW",
+    "BadTime",
     "ExitCode",
     "event_details",
     "json_document",
     "json_line",
+    "parsed_time",
     "print_fields",
     "print_table",
     "shown_content",
@@ -126,6 +128,23 @@ def shown_time(
         return ABSENT
     moment = value if value.tzinfo else value.replace(tzinfo=UTC)
     return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+class BadTime(ValueError):
+    """A time an operator gave that is not one."""
+
+
+def parsed_time(text: str) -> datetime:
+    """A time as operators give it: RFC 3339 (`2026-12-04T10:00:00Z`) or `YYYY-MM-DD HH:MM`;
+    without an offset it is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadTime(
+            f"not a time: {text!r} (give RFC 3339, such as 2026-12-04T10:00:00Z, "
+            "or 'YYYY-MM-DD HH:MM' in UTC)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
