@@ -213,6 +213,12 @@ def event_details(event: Event) -> Iterator[str]:
         yield f"actor={shown_text(event.actor)}"
         yield f"replayed={len(event.replayed)}"
         yield f"failed={event.failed}"
+        if event.filter:
+            yield "filter=" + ",".join(f"{name}:{value}" for name, value in event.filter.items())
+        if event.reason is not None:
+            yield f"reason={shown_text(event.reason)}"
     elif isinstance(event, DeadLettersPurged):
         yield f"actor={shown_text(event.actor)}"
         yield f"removed={event.removed}"
+        if event.filter:
+            yield "filter=" + ",".join(f"{name}:{value}" for name, value in event.filter.items())
