@@ -28,9 +28,14 @@
         height: 200,
         tzDate: ltm.utc,
         scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max || 0, opts.floor)] } },
-        axes: [{}, { size: 56 }],
+        // Ticks and the legend in UTC, as every time the console shows: HH:MM (HH:MM:SS for
+        // the broker's samples, seconds apart), the legend's time in full.
+        axes: [
+          { values: (u, ticks) => ticks.map((t) => ltm.time(t).slice(11, opts.seconds ? 19 : 16)) },
+          { size: 56 },
+        ],
         series: [
-          {},
+          { label: "UTC", value: (u, v) => (v === null || v === undefined ? "–" : ltm.time(v)) },
           ...names.map((name, i) => ({
             label: name,
             stroke: palette[i % palette.length],
@@ -89,8 +94,8 @@
       const stream = document.getElementById("chart-audit").dataset.stream;
       const queues = Object.fromEntries(Object.entries(s.queue_messages).filter(([name]) => name !== stream));
       const audit = stream in s.queue_messages ? { [stream]: s.queue_messages[stream] } : {};
-      draw("chart-queues", s.samples, queues, { digits: 0, floor: 5 });
-      draw("chart-audit", s.samples, audit, { digits: 0, floor: 5 });
+      draw("chart-queues", s.samples, queues, { digits: 0, floor: 5, seconds: true });
+      draw("chart-audit", s.samples, audit, { digits: 0, floor: 5, seconds: true });
       const failing = Object.entries(snapshot.problems);
       problems.hidden = failing.length === 0;
       problems.textContent = failing.map(([source, error]) => `${source} did not answer: ${error}`).join("; ");
