@@ -11,7 +11,7 @@ run: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
 run: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 
 .PHONY: install run test test-fast lint bench chaos chaos-cluster asyncapi services check-services clean \
-	console console-assets screenshots
+	console console-assets axe-assets screenshots
 
 install: $(STAMP)
 
@@ -109,6 +109,26 @@ console-assets:
 	cp "$$tmp/package/LICENSE" $(VENDOR)/uPlot.LICENSE; \
 	printf 'uplot %s (MIT), npm tarball %s\n' '$(UPLOT_VERSION)' '$(UPLOT_INTEGRITY)' > $(VENDOR)/VERSIONS; \
 	echo "console assets: uplot $(UPLOT_VERSION) in $(VENDOR)"
+
+# axe-core, which the browser tests inject into every console page to check its accessibility,
+# from its npm tarball at a pinned version whose integrity hash is checked (committed: the
+# tests fetch nothing). `make axe-assets` reproduces it. MPL-2.0: its licence goes with it.
+AXE_VERSION := 4.14.1
+AXE_INTEGRITY := sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ==
+TEST_VENDOR := tests/support/vendor
+
+axe-assets:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd "$$tmp" && npm pack --silent axe-core@$(AXE_VERSION) >/dev/null); \
+	tarball="$$tmp/axe-core-$(AXE_VERSION).tgz"; \
+	python3 -c 'import base64, hashlib, sys; digest = hashlib.sha512(open(sys.argv[1], "rb").read()).digest(); sys.exit(0 if "sha512-" + base64.b64encode(digest).decode() == sys.argv[2] else "axe-core: the tarball does not match $(AXE_INTEGRITY)")' "$$tarball" '$(AXE_INTEGRITY)'; \
+	tar xzf "$$tarball" -C "$$tmp"; \
+	mkdir -p $(TEST_VENDOR); \
+	cp "$$tmp/package/axe.min.js" $(TEST_VENDOR)/; \
+	cp "$$tmp/package/LICENSE" $(TEST_VENDOR)/axe-core.LICENSE; \
+	cp "$$tmp/package/LICENSE-3RD-PARTY.txt" $(TEST_VENDOR)/axe-core.LICENSE-3RD-PARTY.txt; \
+	printf 'axe-core %s (MPL-2.0), npm tarball %s\n' '$(AXE_VERSION)' '$(AXE_INTEGRITY)' > $(TEST_VENDOR)/VERSIONS; \
+	echo "test assets: axe-core $(AXE_VERSION) in $(TEST_VENDOR)"
 
 # Runs the console's browser tests and keeps their screenshots for the README.
 screenshots: install check-services

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import aiohttp_jinja2
 import orjson
@@ -30,7 +33,16 @@ from contracts import (
 from infra.observability.logs import get_logger
 from operators.audit_stream import BadStart, StreamStart, parse_start, stream_offset
 from operators.data_requests import operator_request, request_data
-from operators.dead_letters import purge, read_dead_letters, replay
+from operators.dead_letters import (
+    DEFAULT_RATE,
+    DeadLetterFilter,
+    ReplayReport,
+    group_dead_letters,
+    purge,
+    read_dead_letters,
+    replay,
+)
+from operators.display import BadTime, parsed_time, shown_time
 from operators.operator_records import record_purge, record_replay
 from operators.revision_store import UnchangedMemory
 from operators.revisions import restore_revision
@@ -55,6 +67,19 @@ def _render(
     return aiohttp_jinja2.render_template(template, request, context, status=status)
 
 
+# The icon browsers ask for at /favicon.ico, whatever the page says (an SVG: every browser the
+# console supports shows one).
+_FAVICON: Final = Path(__file__).with_name("static") / "favicon.svg"
+
+
+@routes.get("/favicon.ico")
+async def favicon(_: web.Request) -> web.FileResponse:
+    return web.FileResponse(
+        _FAVICON,
+        headers={"Content-Type": "image/svg+xml", "Cache-Control": "public, max-age=86400"},
+    )
+
+
 @routes.get("/healthz")
 async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
@@ -69,7 +94,11 @@ async def overview_page(request: web.Request) -> web.Response:
     return _render(
         request,
         "overview.html",
-        {"refresh_ms": int(console.overview.refresh_s * 1000), "queues": console.overview.queues},
+        {
+            "refresh_ms": int(console.overview.refresh_s * 1000),
+            "queues": console.overview.queues,
+            "audit_stream": console.topology.audit_stream,
+        },
     )
 
 
@@ -82,6 +111,29 @@ async def overview_data(request: web.Request) -> web.Response:
 # -- dead letters ---------------------------------------------------------------------------
 
 
+# The dead-letter page's filter fields, as `ltm dlq`'s flags name them.
+_FILTER_FIELDS: Final = ("error", "tool", "guild", "since")
+
+
+class _BadFilter(ValueError):
+    """A filter field that is not what it names."""
+
+
+def _dead_letter_filter(fields: Any) -> DeadLetterFilter:
+    """The filter of the page's fields (query or form); empty fields are no criterion."""
+    given = {name: _field(fields, name).strip() for name in _FILTER_FIELDS}
+    try:
+        since = parsed_time(given["since"]) if given["since"] else None
+    except BadTime as error:
+        raise _BadFilter(f"Failed since: {error}") from None
+    return DeadLetterFilter(
+        error=given["error"] or None,
+        tool=given["tool"] or None,
+        guild=given["guild"] or None,
+        since=since,
+    )
+
+
 @routes.get("/dead-letters")
 async def dead_letters_page(request: web.Request) -> web.Response:
     return await _dead_letters(request)
@@ -92,14 +144,36 @@ async def _dead_letters(
 ) -> web.Response:
     console = request.app[STATE]
     queue = console.topology.dead_letter_queue
-    context: dict[str, Any] = {"queue": queue, "problem": problem, "letters": [], "total": 0}
+    fields = {name: request.query.get(name, "").strip() for name in _FILTER_FIELDS}
+    grouped = request.query.get("group") == "1"
     try:
-        held, total = await read_dead_letters(console.settings, limit=DEAD_LETTERS_SHOWN)
+        chosen = _dead_letter_filter(request.query)
+    except _BadFilter as error:
+        problem, status, chosen = str(error), 400, DeadLetterFilter()
+    context: dict[str, Any] = {
+        "queue": queue,
+        "problem": problem,
+        "letters": [],
+        "total": 0,
+        "matching": 0,
+        "fields": fields,
+        "filtered": not chosen.is_empty,
+        "grouped": grouped,
+        "groups": [],
+        "default_rate": DEFAULT_RATE,
+    }
+    try:
+        held, total = await read_dead_letters(console.settings)
     except ChannelNotFoundEntity:
         context["missing"] = True
         return _render(request, "dead_letters.html", context, status=status)
-    context["letters"] = [(letter.entry, shown_body(letter.body)) for letter in held]
+    matching = [letter for letter in held if chosen.matches(letter.entry)]
+    context["letters"] = [
+        (letter.entry, shown_body(letter.body)) for letter in matching[:DEAD_LETTERS_SHOWN]
+    ]
+    context["matching"] = len(matching)
     context["total"] = total
+    context["groups"] = group_dead_letters([letter.entry for letter in matching])
     return _render(request, "dead_letters.html", context, status=status)
 
 
@@ -113,12 +187,53 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/dead-letters/replay-all")
 async def replay_all(request: web.Request) -> web.StreamResponse:
-    return await _replay(request, None)
+    form = await request.post()
+    return await _replay(request, None, reason=_field(form, "reason").strip() or None)
 
 
-async def _replay(request: web.Request, event_id: str | None) -> web.StreamResponse:
+@routes.post("/dead-letters/replay-matching")
+async def replay_matching(request: web.Request) -> web.StreamResponse:
+    """ "Replay matching": the filter's letters, at the rate given, with the reason (required,
+    as `ltm dlq replay` requires it)."""
+    form = await request.post()
+    back = _filtered_page(form)
+    try:
+        chosen = _dead_letter_filter(form)
+    except _BadFilter as error:
+        raise web.HTTPBadRequest(text=f"{error}: nothing done\n") from None
+    reason = _field(form, "reason").strip()
+    rate_text = _field(form, "rate").strip() or str(DEFAULT_RATE)
+    try:
+        rate = float(rate_text)
+    except ValueError:
+        rate = -1.0
     console, session = request.app[STATE], session_of(request)
-    report = await replay(console.settings, event_id=event_id)
+    if not reason or not rate >= 0:
+        console.notify(
+            session,
+            "problem",
+            "Say why (the reason is recorded), and give a rate of 0 (no limit) or more calls "
+            "a second. Nothing was replayed.",
+        )
+        return see_other(back)
+    return await _replay(
+        request, None, dead_letter_filter=chosen, reason=reason, rate=rate, back=back
+    )
+
+
+async def _replay(
+    request: web.Request,
+    event_id: str | None,
+    *,
+    dead_letter_filter: DeadLetterFilter | None = None,
+    reason: str | None = None,
+    rate: float = DEFAULT_RATE,
+    back: str = "/dead-letters",
+) -> web.StreamResponse:
+    console, session = request.app[STATE], session_of(request)
+    report = await replay(
+        console.settings, event_id=event_id, dead_letter_filter=dead_letter_filter, rate=rate
+    )
     if report.unknown_id is not None:
         console.notify(
             session,
@@ -126,7 +241,7 @@ async def _replay(request: web.Request, event_id: str | None) -> web.StreamRespo
             f"No dead letter has event id {event_id}: replayed or purged meanwhile? "
             "Nothing was done.",
         )
-        return see_other("/dead-letters")
+        return see_other(back)
     for entry in report.replayed:
         log.info(
             "console.dead_letter_replayed",
@@ -145,18 +260,45 @@ async def _replay(request: web.Request, event_id: str | None) -> web.StreamRespo
         console.notify(
             session, "problem", f"{failed.entry.event_id} stays dead-lettered: {failed.error}"
         )
-    await _record(record_replay(console.settings, report, actor=session.actor), session, "replayed")
-    replayed = len(report.replayed)
-    calls = ", ".join(entry.tool_call_id or "?" for entry in report.replayed[:5])
-    more = f" and {replayed - 5} more" if replayed > 5 else ""
-    text = f"Replayed {replayed} dead letter(s): {calls}{more}." if replayed else ""
-    if report.whole_queue and report.total == 0:
+    await _record(
+        record_replay(console.settings, report, actor=session.actor, reason=reason),
+        session,
+        "replayed",
+    )
+    console.notify(session, "done", _replay_notice(report))
+    return see_other(back)
+
+
+def _replay_notice(report: ReplayReport) -> str:
+    """What a replay did, in a sentence: the tool calls named (a letter without one by its
+    event id), at most five."""
+    replayed = report.replayed
+    if not report.replays and report.dead_letter_filter is not None:
+        text = "No dead letter matched: nothing was replayed."
+    elif not report.replays and report.whole_queue:
         text = "There was nothing to replay."
+    elif replayed:
+        named = ", ".join(
+            entry.tool_call_id
+            or (
+                f"event {entry.event_id} (no tool call id)" if entry.event_id else "one with no ids"
+            )
+            for entry in replayed[:5]
+        )
+        more = f" and {len(replayed) - 5} more" if len(replayed) > 5 else ""
+        text = f"Replayed {len(replayed)} dead letter(s): {named}{more}."
+    else:
+        text = "Nothing was replayed."
     if report.not_reached:
         text += f" {report.not_reached} not reached: replay again."
-    if text:
-        console.notify(session, "done", text.strip())
-    return see_other("/dead-letters")
+    return text
+
+
+def _filtered_page(form: Any) -> str:
+    """The dead-letter page with the filter of `form` (where a filtered action goes back to)."""
+    query = {name: _field(form, name).strip() for name in (*_FILTER_FIELDS, "group")}
+    kept = {name: value for name, value in query.items() if value}
+    return "/dead-letters" + (f"?{urlencode(kept)}" if kept else "")
 
 
 @routes.post("/dead-letters/purge")
@@ -332,10 +474,11 @@ async def audit_page(request: web.Request) -> web.Response:
     problem = None
     try:
         audit_filter = AuditFilter.parse(request.query)
-        start = request.query.get("from", "last").strip() or "last"
+        # The last hour by default: "last" (the stream's last chunk) often shows nothing.
+        start = request.query.get("from", "").strip() or _an_hour_ago()
         parse_start(start)
     except (BadFilter, BadStart) as error:
-        problem, audit_filter, start = str(error), AuditFilter(), "last"
+        problem, audit_filter, start = str(error), AuditFilter(), _an_hour_ago()
     return aiohttp_jinja2.render_template(
         "audit.html",
         request,
@@ -348,6 +491,10 @@ async def audit_page(request: web.Request) -> web.Response:
         },
         status=400 if problem else 200,
     )
+
+
+def _an_hour_ago() -> str:
+    return shown_time(datetime.now(UTC) - timedelta(hours=1))
 
 
 @routes.get("/audit/events")

@@ -37,7 +37,7 @@ COOKIE: Final = "ltm_console"
 CSRF_FIELD: Final = "csrf_token"
 CSRF_HEADER: Final = "X-CSRF-Token"
 # Reachable without a session: the login itself, what its page needs, and the health check.
-_PUBLIC: Final = ("/login", "/healthz")
+_PUBLIC: Final = ("/login", "/healthz", "/favicon.ico")
 _PUBLIC_PREFIXES: Final = ("/static/",)
 # Pages a script reads: without a session they answer 401 rather than a login page.
 _SCRIPT_PATHS: Final = ("/overview.json", "/audit/events")

@@ -105,8 +105,15 @@ def decode_event(body: bytes) -> Event:
     except ValidationError as error:
         raise InvalidEnvelope(f"body is not a JSON object: {_first_error(error)}") from None
     version = peek.get("schema_version")
+    if version is None:
+        raise InvalidEnvelope(
+            "not an event envelope: the JSON object has no schema_version "
+            "(nor, most likely, the event_type, event_id and the rest)"
+        )
     if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise InvalidEnvelope(f"unsupported schema_version {version!r}")
+        raise InvalidEnvelope(
+            f"unsupported schema_version {version!r} (this service reads {SCHEMA_VERSION})"
+        )
     model = EVENT_TYPES.get(str(peek.get("event_type")))
     if model is None:
         raise InvalidEnvelope(f"unknown event_type {peek.get('event_type')!r}")

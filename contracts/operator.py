@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, NonNegativeInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt
 
 from contracts.envelope import Event
 
@@ -59,6 +59,14 @@ class DeadLettersReplayed(OperatorAction):
     replayed: tuple[ReplayedCall, ...]
     # Those the broker did not confirm: they stayed dead-lettered.
     failed: NonNegativeInt = 0
+    # The operator's justification (`--reason`); None for a replay by id without one, and in
+    # records older than it.
+    reason: str | None = None
+    # The criteria the letters were chosen by (error, tool, guild, since); empty for `--id`
+    # and `--all`.
+    filter: dict[str, str] = Field(default_factory=dict)
+    # How many went back (confirmed): `len(replayed)`, said where a reader looks first.
+    count: NonNegativeInt = 0
 
 
 class DeadLettersPurged(OperatorAction):
@@ -66,7 +74,10 @@ class DeadLettersPurged(OperatorAction):
     ACTION: ClassVar[str] = "purged"
 
     event_type: Literal["operator.dead_letters_purged"] = "operator.dead_letters_purged"
+    # How many were removed: the count of a purge by filter too.
     removed: NonNegativeInt
+    # The criteria of a purge by filter; empty when the whole queue was purged.
+    filter: dict[str, str] = Field(default_factory=dict)
 
 
 # Beside the dead letters' keys under `operator.`: bound by the audit stream (`#`) only.

@@ -12,6 +12,7 @@ those the broker dead-letters (at the work queue's delivery limit) carry `x-deat
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import aio_pika
+import aiormq
 import orjson
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from aio_pika.exceptions import DeliveryError, PublishError
 
 from contracts import Topology, worker_queue_arguments
@@ -36,12 +38,16 @@ from infra.settings import Settings
 
 __all__ = [
     "DEFAULT_LIMIT",
+    "DEFAULT_RATE",
     "DELIVERY_PATIENCE_S",
     "REPLAY_WINDOW",
     "ConfirmPurge",
     "DeadLetter",
+    "DeadLetterFilter",
+    "DeadLetterGroup",
     "DeadLetterSource",
     "HeldDeadLetter",
+    "Pace",
     "Purge",
     "ReplayReport",
     "Replayed",
@@ -49,6 +55,7 @@ __all__ = [
     "dead_letter_queue",
     "death_entry",
     "describe",
+    "group_dead_letters",
     "hold",
     "inspect_dead_letters",
     "message_count",
@@ -74,6 +81,11 @@ class DeadLetter:
     reason: str
     failed_at: datetime | None
     attempts: int | None
+    # What it is grouped by: the worker's error up to its first ":", or the broker's x-death
+    # reason (`delivery_limit`, `expired`, ...).
+    cause: str = ""
+    # `context.guild_id` of a body that parses as a tool call; None for a DM or no such body.
+    guild_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +105,13 @@ def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter
     if death is None or ERROR_HEADER in headers:
         source: DeadLetterSource = "worker"
         reason = str(headers.get(ERROR_HEADER) or "unknown (no x-ltm-error header)")
+        cause = reason.split(":", 1)[0].strip()
         failed_at = _parse_time(headers.get(FAILED_AT_HEADER))
         attempts = _worker_attempts(message, headers)
     else:
         source = "broker"
-        reason = f"{death.get('reason', 'unknown')} (queue {death.get('queue', '?')})"
+        cause = str(death.get("reason", "unknown"))
+        reason = f"{cause} (queue {death.get('queue', '?')})"
         failed_at = _parse_time(death.get("time"))
         attempts = _broker_attempts(death, topology)
     return DeadLetter(
@@ -108,7 +122,83 @@ def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter
         reason=reason,
         failed_at=failed_at,
         attempts=attempts,
+        cause=cause,
+        guild_id=_guild_id(body),
     )
+
+
+def _guild_id(body: Mapping[str, Any]) -> str | None:
+    context = body.get("context")
+    if not isinstance(context, Mapping):
+        return None
+    guild = context.get("guild_id")
+    # A Discord id travels as a string; an integer one is still the same server.
+    if isinstance(guild, int) and not isinstance(guild, bool):
+        return str(guild)
+    return _text(guild)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFilter:
+    """Which dead letters an operator means: each criterion given must hold (none given: every
+    one). `error` is a case-insensitive substring of the reason (`x-ltm-error`, or the broker's
+    x-death reason); `tool` the original routing key; `guild` the body's `context.guild_id`;
+    `since` failed at or after (a letter with no failure time does not match it)."""
+
+    error: str | None = None
+    tool: str | None = None
+    guild: str | None = None
+    since: datetime | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.error is None and self.tool is None and self.guild is None and not self.since
+
+    def matches(self, letter: DeadLetter) -> bool:
+        if self.error is not None and self.error.casefold() not in letter.reason.casefold():
+            return False
+        if self.tool is not None and letter.routing_key != self.tool:
+            return False
+        if self.guild is not None and letter.guild_id != self.guild:
+            return False
+        if self.since is not None:
+            return letter.failed_at is not None and letter.failed_at >= self.since
+        return True
+
+    def as_record(self) -> dict[str, str]:
+        """The criteria given, as the audit record and `--json` show them."""
+        given = {"error": self.error, "tool": self.tool, "guild": self.guild}
+        record = {name: value for name, value in given.items() if value is not None}
+        if self.since is not None:
+            record["since"] = self.since.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterGroup:
+    """The dead letters of one cause and tool (`ltm dlq list --group`)."""
+
+    reason: str
+    tool: str
+    count: int
+    first_failed_at: datetime | None
+    last_failed_at: datetime | None
+
+
+def group_dead_letters(letters: Sequence[DeadLetter]) -> list[DeadLetterGroup]:
+    """Counts by cause and tool, the largest group first (then by reason and tool)."""
+    members: dict[tuple[str, str], list[DeadLetter]] = {}
+    for letter in letters:
+        members.setdefault((letter.cause, letter.routing_key), []).append(letter)
+    groups = []
+    for (reason, tool), group in members.items():
+        times = [letter.failed_at for letter in group if letter.failed_at is not None]
+        groups.append(
+            DeadLetterGroup(
+                reason, tool, len(group), min(times, default=None), max(times, default=None)
+            )
+        )
+    return sorted(groups, key=lambda group: (-group.count, group.reason, group.tool))
 
 
 def original_routing_key(message: AbstractIncomingMessage, topology: Topology) -> str:
@@ -230,11 +320,16 @@ def message_count(queue: AbstractQueue) -> int:
 
 
 async def inspect_dead_letters(
-    settings: Settings, *, limit: int = DEFAULT_LIMIT
+    settings: Settings,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    dead_letter_filter: DeadLetterFilter | None = None,
 ) -> tuple[list[DeadLetter], int]:
-    """The dead letters (at most `limit`) and how many the queue holds; consumes nothing."""
+    """The dead letters (of the first `limit`, those that match the filter) and how many the
+    queue holds; consumes nothing."""
     held, total = await read_dead_letters(settings, limit=limit)
-    return [letter.entry for letter in held], total
+    matching = dead_letter_filter or DeadLetterFilter()
+    return [letter.entry for letter in held if matching.matches(letter.entry)], total
 
 
 async def read_dead_letters(
@@ -254,14 +349,29 @@ async def read_dead_letters(
         ], total
 
 
-async def purge(settings: Settings, *, confirm: ConfirmPurge | None = None) -> Purge:
-    """Empties the dead-letter queue; with `confirm`, only once it said yes (it is not asked
-    when the queue is empty). Raises `ChannelNotFoundEntity` when there is no dead-letter
-    queue."""
+async def purge(
+    settings: Settings,
+    *,
+    confirm: ConfirmPurge | None = None,
+    dead_letter_filter: DeadLetterFilter | None = None,
+) -> Purge:
+    """Empties the dead-letter queue, or with a filter removes the letters that match it (of
+    the first `DEFAULT_LIMIT`; the others are handed back untouched); with `confirm`, only once
+    it said yes (it is not asked when there is nothing to remove). Raises
+    `ChannelNotFoundEntity` when there is no dead-letter queue."""
     topology = settings.topology
     async with dead_letter_channel(settings) as channel:
         queue = await dead_letter_queue(channel, topology)
         found = message_count(queue)
+        if dead_letter_filter is not None and not dead_letter_filter.is_empty:
+            held = await hold(queue, min(found, DEFAULT_LIMIT))
+            matching = [m for m in held if dead_letter_filter.matches(describe(m, topology))]
+            found = len(matching)
+            if confirm is not None and (found == 0 or not await confirm(found, queue.name)):
+                return Purge(queue.name, found, 0, refused=found > 0)
+            for message in matching:
+                await message.ack()
+            return Purge(queue.name, found, found)
         if confirm is not None:
             if found == 0:
                 return Purge(queue.name, 0, 0)
@@ -314,12 +424,49 @@ async def take_deliveries(
 
 # -- replays --------------------------------------------------------------------------------
 
-# Outstanding replays (publish, confirm, then ack) while replaying everything.
+# Outstanding replays (published, not yet confirmed and acked) at once: confirms come back
+# windowed, not one round trip per letter.
 REPLAY_WINDOW: Final = 100
+# Replayed calls a second, unless the operator says otherwise (`--rate`; 0 for no limit).
+DEFAULT_RATE: Final = 50
+# How far behind its schedule a pace may fall before it starts a new one: after a stall, at
+# most this many seconds' worth of calls go at once.
+_PACE_SLACK_S: Final = 1.0
 
 # Headers that describe a previous life of the message, not the message itself.
 _LIFE_HEADER_PREFIXES: Final = ("x-ltm-", "x-death", "x-first-death-", "x-last-death-")
 _LIFE_HEADERS: Final = frozenset({"x-delivery-count"})
+
+
+class Pace:
+    """At most `rate` a second (0: no limit), on a schedule of the monotonic clock: the n-th
+    slot is n/rate after the first, so a late wake-up is made up by the next slot instead of
+    adding up as sleeps per message would."""
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        if rate < 0:
+            raise ValueError(f"a rate is 0 (no limit) or more, not {rate}")
+        self._interval = 1.0 / rate if rate else 0.0
+        self._clock, self._sleep = clock, sleep
+        self._next: float | None = None
+
+    async def wait(self) -> None:
+        """Returns at the next slot of the schedule."""
+        if not self._interval:
+            return
+        now = self._clock()
+        if self._next is None or now - self._next > _PACE_SLACK_S:
+            self._next = now
+        delay = self._next - now
+        self._next += self._interval
+        if delay > 0:
+            await self._sleep(delay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +486,10 @@ class ReplayReport:
     unknown_id: str | None = None
     # `--all`: ends with how many of the queue's messages went back.
     whole_queue: bool = False
+    # A replay by filter: `total` is how many matched, `unread` how many of the queue's
+    # messages it did not get to look at (held by another consumer).
+    dead_letter_filter: DeadLetterFilter | None = None
+    unread: int = 0
 
     @property
     def replayed(self) -> list[DeadLetter]:
@@ -351,28 +502,38 @@ class ReplayReport:
     @property
     def not_reached(self) -> int:
         """Messages the queue held that this replay did not get to (run it again)."""
-        return self.total - len(self.replays)
+        return self.total - len(self.replays) + self.unread
 
     @property
     def complete(self) -> bool:
         """The dead letter named was found, and every message looked for went back."""
-        return self.unknown_id is None and len(self.replayed) == self.total
+        return self.unknown_id is None and len(self.replayed) == self.total and not self.unread
 
 
 async def replay(
-    settings: Settings, *, event_id: str | None, limit: int = DEFAULT_LIMIT
+    settings: Settings,
+    *,
+    event_id: str | None,
+    dead_letter_filter: DeadLetterFilter | None = None,
+    rate: float = 0,
+    limit: int = DEFAULT_LIMIT,
 ) -> ReplayReport:
-    """Replays the dead letter with `event_id` (every copy of it), or every dead letter there
-    is now when None; each copy is acked only after the broker confirmed its republish.
-    Raises `ChannelNotFoundEntity` when there is no dead-letter queue."""
+    """Replays the dead letter with `event_id` (every copy of it); else those that match the
+    filter (of the first `limit`), or every dead letter there is now when there is no filter,
+    at most `rate` a second (0: no limit). Each copy is acked only after the broker confirmed
+    its republish; the letters that do not match are handed back untouched. Raises
+    `ChannelNotFoundEntity` when there is no dead-letter queue."""
     topology = settings.topology
     async with dead_letter_channel(settings) as channel:
         queue = await dead_letter_queue(channel, topology)
-        exchange = await channel.get_exchange(topology.tool_calls_exchange)
-        replayer = _Replayer(exchange, topology, settings.amqp_user)
+        raw = await channel.get_underlay_channel()
+        assert isinstance(raw, aiormq.Channel)  # `wait` is the concrete channel's
+        replayer = _Replayer(raw, topology, settings.amqp_user)
         if event_id is not None:
             return await replayer.one(queue, event_id, limit)
-        return await replayer.everything(queue)
+        return await replayer.matching(
+            queue, dead_letter_filter or DeadLetterFilter(), Pace(rate), limit
+        )
 
 
 def replay_message(message: AbstractIncomingMessage, *, user_id: str | None) -> aio_pika.Message:
@@ -407,9 +568,14 @@ def replay_message(message: AbstractIncomingMessage, *, user_id: str | None) -> 
 
 @dataclass(frozen=True, slots=True)
 class _Replayer:
-    """Republishes dead letters to the tool-call exchange, confirmed, then acks each copy."""
+    """Republishes dead letters to the tool-call exchange, confirmed, then acks each copy.
 
-    exchange: AbstractExchange
+    On the aiormq channel under the consuming one: its `basic_publish(wait=False)` does not
+    hold the channel until the socket drains, so a window of publishes shares the round trips
+    to the broker, as the worker's publisher does (aio-pika's `Exchange.publish` would make
+    it one at a time)."""
+
+    channel: aiormq.Channel  # with confirms, and returns raised as `PublishError`
     topology: Topology
     user_id: str | None  # the operator's broker user, on every replayed call
 
@@ -422,31 +588,58 @@ class _Replayer:
             return ReplayReport([], len(held), unknown_id=event_id)
         return ReplayReport([await self.replay(message) for message in matches], len(matches))
 
-    async def everything(self, queue: AbstractQueue) -> ReplayReport:
+    async def matching(
+        self, queue: AbstractQueue, dead_letter_filter: DeadLetterFilter, pace: Pace, limit: int
+    ) -> ReplayReport:
         # Only what is there now: a replayed call the worker dead-letters again joins the
         # queue's tail and must not be replayed a second time in this run.
         total = message_count(queue)
+        whole_queue = dead_letter_filter.is_empty
+        kept = None if whole_queue else dead_letter_filter
         if total == 0:
-            return ReplayReport([], 0, whole_queue=True)
+            return ReplayReport([], 0, whole_queue=whole_queue, dead_letter_filter=kept)
+        # Letters that do not match stay held, unacknowledged, until the channel closes and
+        # hands them back in place: the broker must deliver all of them at once.
+        count = total if whole_queue else min(total, limit)
+        prefetch = REPLAY_WINDOW if whole_queue else count
+        window = asyncio.Semaphore(REPLAY_WINDOW)
         results: list[asyncio.Task[Replayed]] = []
+        looked_at = 0
 
         def confirms_pending() -> bool:
             return any(not task.done() for task in results)
 
+        async def replay_in_window(message: AbstractIncomingMessage, entry: DeadLetter) -> Replayed:
+            try:
+                return await self.replay(message, entry)
+            finally:
+                window.release()
+
         async with asyncio.TaskGroup() as replays:
             async for message in take_deliveries(
-                queue, total, prefetch=REPLAY_WINDOW, waiting_for_acks=confirms_pending
+                queue, count, prefetch=prefetch, waiting_for_acks=confirms_pending
             ):
-                results.append(replays.create_task(self.replay(message)))
-        return ReplayReport([task.result() for task in results], total, whole_queue=True)
+                looked_at += 1
+                entry = describe(message, self.topology)
+                if not dead_letter_filter.matches(entry):
+                    continue
+                await pace.wait()
+                await window.acquire()
+                results.append(replays.create_task(replay_in_window(message, entry)))
+        done = [task.result() for task in results]
+        if whole_queue:
+            return ReplayReport(done, total, whole_queue=True)
+        return ReplayReport(done, len(done), dead_letter_filter=kept, unread=count - looked_at)
 
-    async def replay(self, message: AbstractIncomingMessage) -> Replayed:
-        entry = describe(message, self.topology)
+    async def replay(
+        self, message: AbstractIncomingMessage, entry: DeadLetter | None = None
+    ) -> Replayed:
+        entry = entry or describe(message, self.topology)
         replayed = replay_message(message, user_id=self.user_id)
         try:
             # A trace of its own, linked to the original's (where it was dead-lettered).
             with tracing.sending(
-                exchange=self.exchange.name,
+                exchange=self.topology.tool_calls_exchange,
                 routing_key=entry.routing_key,
                 message_id=replayed.message_id,
                 conversation_id=replayed.correlation_id,
@@ -454,7 +647,14 @@ class _Replayer:
                 parent=None,
                 linked_headers=message.headers,
             ):
-                await self.exchange.publish(replayed, routing_key=entry.routing_key)
+                await self.channel.basic_publish(
+                    replayed.body,
+                    exchange=self.topology.tool_calls_exchange,
+                    routing_key=entry.routing_key,
+                    properties=replayed.properties,
+                    mandatory=True,
+                    wait=False,
+                )
         except DeliveryError as error:
             # Unconfirmed or unroutable: the dead-letter copy stays where it is.
             return Replayed(entry, _refusal(error, entry.routing_key))

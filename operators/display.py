@@ -32,10 +32,12 @@ from contracts import (
 __all__ = [
     "ABSENT",
     "CONTENT_PREVIEW",
+    "BadTime",
     "ExitCode",
     "event_details",
     "json_document",
     "json_line",
+    "parsed_time",
     "print_fields",
     "print_table",
     "shown_content",
@@ -128,6 +130,23 @@ def shown_time(
     return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
+class BadTime(ValueError):
+    """A time an operator gave that is not one."""
+
+
+def parsed_time(text: str) -> datetime:
+    """A time as operators give it: RFC 3339 (`2026-12-04T10:00:00Z`) or `YYYY-MM-DD HH:MM`;
+    without an offset it is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadTime(
+            f"not a time: {text!r} (give RFC 3339, such as 2026-12-04T10:00:00Z, "
+            "or 'YYYY-MM-DD HH:MM' in UTC)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """An aligned table: each column as wide as its widest cell, two spaces apart; the last
     column, where the long text goes, is not padded."""
@@ -194,6 +213,12 @@ def event_details(event: Event) -> Iterator[str]:
         yield f"actor={shown_text(event.actor)}"
         yield f"replayed={len(event.replayed)}"
         yield f"failed={event.failed}"
+        if event.filter:
+            yield "filter=" + ",".join(f"{name}:{value}" for name, value in event.filter.items())
+        if event.reason is not None:
+            yield f"reason={shown_text(event.reason)}"
     elif isinstance(event, DeadLettersPurged):
         yield f"actor={shown_text(event.actor)}"
         yield f"removed={event.removed}"
+        if event.filter:
+            yield "filter=" + ",".join(f"{name}:{value}" for name, value in event.filter.items())

@@ -45,7 +45,14 @@ class _DeadLetters:
                 reason = re.sub(r"\(.*", "", entry.reason).strip()
                 self.report.dead_letter_reasons[f"{entry.source}: {reason[:60]}"] += 1
         out, err = io.StringIO(), io.StringIO()
-        await replay_dead_letters(self.settings, None, out=out, err=err)
+        await replay_dead_letters(
+            self.settings,
+            None,
+            reason="chaos run: settle the dead letters",
+            rate=0,
+            out=out,
+            err=err,
+        )
         replayed = re.search(r"replayed (\d+) of", out.getvalue())
         self.report.replayed += int(replayed.group(1)) if replayed else 0
 

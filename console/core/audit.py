@@ -125,7 +125,7 @@ def event_row(event: Event, offset: int) -> dict[str, Any]:
     revision_id = event.revision_id if isinstance(event, MemoryChanged) else None
     return {
         "offset": offset,
-        "time": shown_time(event.occurred_at, "milliseconds"),
+        "time": shown_time(event.occurred_at),
         "type": event.event_type,
         "memory": memory_id,
         "revision": revision_id,
@@ -139,7 +139,7 @@ def unreadable_row(
 ) -> dict[str, Any]:
     return {
         "offset": offset,
-        "time": shown_time(timestamp, "milliseconds"),
+        "time": shown_time(timestamp),
         "type": "(not an event)",
         "memory": None,
         "revision": None,

@@ -26,10 +26,16 @@
       {
         width: Math.max(element.clientWidth, 300),
         height: 200,
+        tzDate: ltm.utc,
         scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max || 0, opts.floor)] } },
-        axes: [{}, { size: 56 }],
+        // Ticks and the legend in UTC, as every time the console shows: HH:MM (HH:MM:SS for
+        // the broker's samples, seconds apart), the legend's time in full.
+        axes: [
+          { values: (u, ticks) => ticks.map((t) => ltm.time(t).slice(11, opts.seconds ? 19 : 16)) },
+          { size: 56 },
+        ],
         series: [
-          {},
+          { label: "UTC", value: (u, v) => (v === null || v === undefined ? "–" : ltm.time(v)) },
           ...names.map((name, i) => ({
             label: name,
             stroke: palette[i % palette.length],
@@ -83,11 +89,17 @@
       draw("chart-tool", s.minutes, s.by_tool, { digits: 2, floor: 0.1 });
       draw("chart-latency", s.minutes, { p50: s.p50_ms, p99: s.p99_ms }, { digits: 1, floor: 10 });
       draw("chart-outbox", s.minutes, { backlog: s.outbox_backlog }, { digits: 0, floor: 5 });
-      draw("chart-queues", s.samples, s.queue_messages, { digits: 0, floor: 5 });
+      // The audit stream keeps every event (its count only grows): on a chart of its own, so
+      // that the queues' few messages stay visible.
+      const stream = document.getElementById("chart-audit").dataset.stream;
+      const queues = Object.fromEntries(Object.entries(s.queue_messages).filter(([name]) => name !== stream));
+      const audit = stream in s.queue_messages ? { [stream]: s.queue_messages[stream] } : {};
+      draw("chart-queues", s.samples, queues, { digits: 0, floor: 5, seconds: true });
+      draw("chart-audit", s.samples, audit, { digits: 0, floor: 5, seconds: true });
       const failing = Object.entries(snapshot.problems);
       problems.hidden = failing.length === 0;
       problems.textContent = failing.map(([source, error]) => `${source} did not answer: ${error}`).join("; ");
-      updated.textContent = "updated " + new Date(snapshot.at * 1000).toLocaleTimeString();
+      updated.textContent = "updated " + ltm.time(snapshot.at);
       updated.dataset.at = String(snapshot.at);
     } catch (error) {
       updated.textContent = "could not refresh: " + error;

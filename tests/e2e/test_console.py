@@ -25,7 +25,7 @@ from typing import Final
 import psycopg
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, ViewportSize, expect
 
 from console.passwords import hash_password
 from contracts import (
@@ -514,3 +514,146 @@ async def test_an_erasure_is_refused_until_the_subjects_id_is_typed_again(
 
 def _a_number(*, decimal: bool = False) -> re.Pattern[str]:
     return re.compile(r"^\d+(\.\d+)?$" if decimal else r"^\d+$")
+
+
+async def test_replay_matching_sends_back_the_filtered_letters_with_a_reason(
+    page: Page, deployment: Deployment, world: World
+) -> None:
+    persona = await _persona(world)
+    # What earlier tests of the module left dead-lettered stays through this one.
+    kept = await queue_depth(deployment.channel, deployment.topology.dead_letter_queue)
+    timed_out = [
+        tool_call(
+            persona,
+            {"memory_id": await world.server_memory(persona, f"t{n}"), "memory_content": f"t{n}!"},
+            triggerer_id=snowflake(),
+        )
+        for n in range(2)
+    ]
+    invalid = tool_call(persona, {"memory_id": 1, "memory_content": "x"}, triggerer_id=snowflake())
+    for call in timed_out:
+        await worker_dead_letter(
+            deployment.channel, deployment.topology, call, "TimeoutError: the database"
+        )
+    await worker_dead_letter(
+        deployment.channel, deployment.topology, invalid, "invalid envelope: context: missing"
+    )
+
+    await page.goto("/dead-letters?group=1")
+    # A group per reason and tool, beside those of what earlier tests left (invalid envelopes
+    # among them): this reason's is this test's alone.
+    groups = page.locator("tr.group")
+    await expect(groups.filter(has_text="TimeoutError").locator("td.number")).to_have_text("2")
+    await page.screenshot(path=deployment.shots / "dead-letters-grouped.png", full_page=True)
+    await page.goto("/dead-letters")
+    await page.get_by_label("Error contains").fill("TimeoutError")
+    await page.get_by_role("button", name="Show").click()
+    await expect(page.locator("tr.letter")).to_have_count(2)
+    await page.get_by_label("Reason (recorded)").fill("the database is back")
+    await page.get_by_label("Calls a second").fill("10")
+    await page.screenshot(path=deployment.shots / "dead-letters-filtered.png", full_page=True)
+    await page.get_by_role("button", name="Replay 2 matching").click()
+
+    await expect(page.locator(".notice.done")).to_contain_text("Replayed 2 dead letter(s)")
+    await _answered(deployment, *timed_out)
+    [record] = await deployment.events.wait_for(
+        DeadLettersReplayed, actor=f"console:{OPERATOR}", reason="the database is back"
+    )
+    assert (record.count, record.filter) == (2, {"error": "TimeoutError"})
+    # The invalid one stays, and what earlier tests left.
+    assert await queue_depth(deployment.channel, deployment.topology.dead_letter_queue) == kept + 1
+
+
+# axe-core, vendored by `make axe-assets` (its version and hash in VERSIONS beside it).
+AXE: Final = Path(__file__).parents[1] / "support" / "vendor" / "axe.min.js"
+PHONE: Final[ViewportSize] = {"width": 390, "height": 844}
+DESKTOP: Final[ViewportSize] = {"width": 1280, "height": 860}
+
+
+async def _pages_to_check(page: Page, deployment: Deployment, world: World) -> list[str]:
+    """Every page the navigation links to (whatever pages the console has), the login, and
+    the pages behind them: a memory, a restore, the grouped dead letters (one at least)."""
+    await page.goto("/")
+    linked = await page.locator("header.top nav a").evaluate_all(
+        "links => links.map(link => link.getAttribute('href'))"
+    )
+    persona = await _persona(world)
+    memory_id = await world.server_memory(persona, "checked by axe")
+    await world.execute(
+        "INSERT INTO memory_revisions (scope, memory_id, action, content_before, content_after,"
+        " server_id, persona_lineage_id, actor_disc_id, tool_call_id)"
+        " VALUES ('server_wide', %s, 'updated', 'before', 'checked by axe', %s, %s, '42', 'c-axe')",
+        memory_id,
+        persona.server.server_id,
+        persona.lineage,
+    )
+    [revision] = await world.revisions(memory_id)
+    call = tool_call(persona, {"memory_id": 1, "memory_content": "x"}, triggerer_id=snowflake())
+    await worker_dead_letter(deployment.channel, deployment.topology, call, "test: for axe")
+    return [
+        *linked,
+        "/dead-letters?group=1",
+        f"/memories?server={persona.server.disc_id}",
+        f"/memories/{memory_id}",
+        f"/memories/{memory_id}/restore/{revision['revision_id']}",
+    ]
+
+
+async def _violations(page: Page) -> list[str]:
+    await page.add_script_tag(path=str(AXE))
+    result = await page.evaluate("() => axe.run(document, { resultTypes: ['violations'] })")
+    return [
+        f"{violation['id']} ({violation['impact']}): "
+        + "; ".join(", ".join(node["target"]) for node in violation["nodes"][:3])
+        for violation in result["violations"]
+    ]
+
+
+async def _fits(page: Page) -> list[str]:
+    """What does not fit the width: a page that scrolls sideways, a header control off it."""
+    problems = []
+    overflow = await page.evaluate(
+        "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    if overflow > 0:
+        problems.append(f"scrolls sideways by {overflow} px")
+    for control in await page.locator("header.top a, header.top button").all():
+        box = await control.bounding_box()
+        if box is not None and box["x"] + box["width"] > await page.evaluate("innerWidth"):
+            problems.append(f"{await control.inner_text()!r} is off the screen")
+    return problems
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "390px"])
+async def test_every_page_passes_axe_and_fits_the_width(
+    deployment: Deployment, world: World, viewport: ViewportSize
+) -> None:
+    async with chromium() as browser:
+        # The console's Content-Security-Policy allows no injected script: axe's is the test's.
+        context = await browser.new_context(
+            base_url=deployment.console_url, viewport=viewport, bypass_csp=True
+        )
+        context.set_default_timeout(WAIT_MS)
+        page = await context.new_page()
+        await page.goto("/login")
+        found = {"/login": [*await _violations(page), *await _fits(page)]}
+        if viewport is PHONE:
+            await page.screenshot(path=deployment.shots / "login-390px.png")
+        await page.get_by_label("Your name").fill(OPERATOR)
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.get_by_role("button", name="Log in").click()
+        await expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+        for path in await _pages_to_check(page, deployment, world):
+            await page.goto(path)
+            if path == "/":
+                # The charts are drawn by the first refresh.
+                await expect(page.locator("#updated")).to_have_attribute("data-at", re.compile("."))
+            found[path] = [*await _violations(page), *await _fits(page)]
+            if viewport is PHONE and path in ("/", "/dead-letters"):
+                name = "overview" if path == "/" else "dead-letters"
+                await page.screenshot(path=deployment.shots / f"{name}-390px.png", full_page=True)
+        icon = await page.request.get("/favicon.ico")
+        await context.close()
+
+    assert {path: problems for path, problems in found.items() if problems} == {}
+    assert icon.status == 200

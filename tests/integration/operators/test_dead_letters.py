@@ -237,7 +237,7 @@ async def test_replay_all_sends_every_one_back(
 ) -> None:
     out = io.StringIO()
 
-    assert await replay_dead_letters(ops_settings, None, out=out) == 0
+    assert await replay_dead_letters(ops_settings, None, reason="fixed", out=out) == 0
 
     assert out.getvalue().splitlines()[-1] == "replayed 3 of 3 dead-lettered message(s)"
     await _wait_for_count(channel, topology.worker_queue, 3)
@@ -254,7 +254,10 @@ async def test_replay_all_as_json_is_one_document_of_what_went_back(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
 
-    assert await replay_dead_letters(ops_settings, None, as_json=True, out=out, err=err) == 0
+    code = await replay_dead_letters(
+        ops_settings, None, reason="fixed", as_json=True, out=out, err=err
+    )
+    assert code == 0
 
     report = json.loads(out.getvalue())
     assert {entry["event_id"] for entry in report["replayed"]} == {

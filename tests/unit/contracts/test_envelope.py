@@ -73,3 +73,13 @@ def test_a_whole_envelope_with_a_given_id_keeps_it() -> None:
     body = orjson.loads(encode_event(_call()))
     body["event_id"] = str(event_id)
     assert decode_tool_call(orjson.dumps(body)).event_id == event_id
+
+
+def test_a_body_without_an_envelope_is_said_in_plain_words() -> None:
+    with pytest.raises(InvalidEnvelope, match=r"^not an event envelope: the JSON object has no"):
+        decode_event(b'{"hello": "world"}')
+
+
+def test_another_schema_version_says_which_one_is_read() -> None:
+    with pytest.raises(InvalidEnvelope, match=r"unsupported schema_version 9 \(this service reads"):
+        decode_event(b'{"schema_version": 9, "event_type": "x"}')

@@ -3,6 +3,8 @@ printing and the composition root, with nothing of argparse left in it."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +15,9 @@ import pytest
 from infra.settings import Settings
 from ltm.commands import build_parser
 from ltm.commands.common import Run, UsageProblem
+from ltm.commands.dlq import replay_dead_letters
 from ltm.main import main
+from operators.dead_letters import DeadLetterFilter
 
 # What a command ran: the function's name, and what it was given besides the settings.
 Ran = tuple[str, tuple[Any, ...], dict[str, Any]]
@@ -69,6 +73,18 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[Ran]:
     return runs
 
 
+# What `ltm dlq` commands are given when the command line says nothing of it.
+_LISTED: dict[str, Any] = {"dead_letter_filter": None, "group": False}
+_REPLAYED: dict[str, Any] = {
+    "dead_letter_filter": None,
+    "reason": None,
+    "rate": 50,
+    "dry_run": False,
+    "actor": "operator:alice",
+}
+_PURGED: dict[str, Any] = {"dead_letter_filter": None, "actor": "operator:alice"}
+
+
 def _run(*argv: str) -> int:
     args = build_parser().parse_args(argv)
     run: Run = args.run
@@ -94,17 +110,82 @@ def _run(*argv: str) -> int:
             ("run_console", ("0.0.0.0", 9000), {}),
         ),
         (("console", "hash-password"), ("print_password_hash", (), {})),
-        (("dlq", "list"), ("list_dead_letters", (), {"as_json": False})),
-        (("dlq", "list", "--json"), ("list_dead_letters", (), {"as_json": True})),
-        (("dlq", "replay", "--all"), ("replay_dead_letters", (None,), {"as_json": False})),
+        (("dlq", "list"), ("list_dead_letters", (), {**_LISTED, "as_json": False})),
+        (("dlq", "list", "--json"), ("list_dead_letters", (), {**_LISTED, "as_json": True})),
         (
-            ("dlq", "replay", "--id", "e-1", "--json"),
-            ("replay_dead_letters", ("e-1",), {"as_json": True}),
+            ("dlq", "list", "--tool", "update_long_term_memory", "--group"),
+            (
+                "list_dead_letters",
+                (),
+                {
+                    **_LISTED,
+                    "dead_letter_filter": DeadLetterFilter(tool="update_long_term_memory"),
+                    "group": True,
+                    "as_json": False,
+                },
+            ),
         ),
-        (("dlq", "purge"), ("purge_dead_letters", (), {"yes": False, "as_json": False})),
         (
-            ("dlq", "purge", "--yes", "--json"),
-            ("purge_dead_letters", (), {"yes": True, "as_json": True}),
+            ("dlq", "replay", "--all", "--reason", "fixed", "--operator", "alice"),
+            ("replay_dead_letters", (None,), {**_REPLAYED, "reason": "fixed", "as_json": False}),
+        ),
+        (
+            ("dlq", "replay", "--id", "e-1", "--json", "--operator", "alice"),
+            ("replay_dead_letters", ("e-1",), {**_REPLAYED, "as_json": True}),
+        ),
+        (
+            (
+                "dlq",
+                "replay",
+                "--error",
+                "Timeout",
+                "--guild",
+                "1001",
+                "--since",
+                "2026-12-04 10:00",
+                "--reason",
+                "db back",
+                "--rate",
+                "0",
+                "--dry-run",
+                "--operator",
+                "alice",
+            ),
+            (
+                "replay_dead_letters",
+                (None,),
+                {
+                    **_REPLAYED,
+                    "dead_letter_filter": DeadLetterFilter(
+                        error="Timeout", guild="1001", since=datetime(2026, 12, 4, 10, tzinfo=UTC)
+                    ),
+                    "reason": "db back",
+                    "rate": 0.0,
+                    "dry_run": True,
+                    "as_json": False,
+                },
+            ),
+        ),
+        (
+            ("dlq", "purge", "--operator", "alice"),
+            ("purge_dead_letters", (), {**_PURGED, "yes": False, "as_json": False}),
+        ),
+        (
+            ("dlq", "purge", "--yes", "--json", "--operator", "alice"),
+            ("purge_dead_letters", (), {**_PURGED, "yes": True, "as_json": True}),
+        ),
+        (
+            ("dlq", "purge", "--tool", "t", "--yes", "--operator", "alice"),
+            (
+                "purge_dead_letters",
+                (),
+                {
+                    **_PURGED,
+                    "dead_letter_filter": DeadLetterFilter(tool="t"),
+                    "yes": True,
+                    "as_json": False,
+                },
+            ),
         ),
         (("audit", "tail"), ("tail_audit", ("first",), {"follow": False, "as_json": False})),
         (
@@ -168,3 +249,30 @@ def test_a_bad_tail_start_is_exit_2_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("--from must be first, last, or a time")
     assert "yesterday" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (("dlq", "replay"), "say which: --id EVENT_ID, --all, or filters"),
+        (("dlq", "replay", "--id", "e-1", "--tool", "t"), "--id or filters, not both"),
+        (("dlq", "replay", "--all", "--tool", "t", "--reason", "r"), "--all or filters"),
+        (("dlq", "list", "--since", "yesterday"), "--since: not a time: 'yesterday'"),
+    ],
+)
+def test_a_dead_letter_command_that_does_not_say_which_is_a_usage_problem(
+    argv: tuple[str, ...], problem: str, ran: list[Ran]
+) -> None:
+    with pytest.raises(UsageProblem, match=re.escape(problem)):
+        _run(*argv)
+    assert ran == []
+
+
+def test_a_replay_of_many_without_a_reason_is_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Refused before anything is asked of the broker: the settings point nowhere.
+    code = asyncio.run(replay_dead_letters(Settings(), None, dead_letter_filter=None))
+
+    assert code == 2
+    assert "--reason TEXT is required" in capsys.readouterr().err
