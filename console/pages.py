@@ -4,7 +4,7 @@ the audit stream, filtered, as server-sent events."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
 import aiohttp_jinja2
@@ -19,12 +19,19 @@ from console.core.revisions import diff, revision_views
 from console.core.sessions import Session
 from console.security import see_other
 from console.state import STATE, Console, session_of
-from contracts import Event, InvalidEnvelope, decode_event
+from contracts import MemoryChanged
 from infra.observability.logs import get_logger
-from operators.audit_stream import BadStart, StreamStart, parse_start, stream_offset
+from operators.audit_stream import (
+    PREFETCH,
+    AuditDelivery,
+    BadStart,
+    StreamStart,
+    parse_start,
+    stream_offset,
+)
 from operators.dead_letters import purge, read_dead_letters, replay
 from operators.operator_records import record_purge, record_replay
-from operators.revision_store import UnchangedMemory
+from operators.revision_store import ChangeTexts, RevisionStore, UnchangedMemory
 from operators.revisions import restore_revision
 
 __all__ = ["routes"]
@@ -379,24 +386,40 @@ async def _send_events(
     await response.write(b": attached\n\n")
     while True:
         try:
-            message = await asyncio.wait_for(deliveries.get(), KEEPALIVE_S)
+            first = await asyncio.wait_for(deliveries.get(), KEEPALIVE_S)
         except TimeoutError:
             if connection.is_closed:
                 return  # the browser reconnects, from its last event, on a new connection
             await response.write(b": alive\n\n")
             continue
-        offset = stream_offset(message)
-        event: Event | None
-        try:
-            event = decode_event(message.body)
-            row = event_row(event, offset)
-        except InvalidEnvelope as error:
-            event = None
-            row = unreadable_row(offset, message.timestamp, message.routing_key or "", str(error))
-        if audit_filter.matches(event):
-            data = orjson.dumps(row).decode()
-            await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
-        await message.ack()
+        # What has arrived is one batch: its changes' texts come from one query.
+        batch = [AuditDelivery.of(first)]
+        while not deliveries.empty() and len(batch) < PREFETCH:
+            batch.append(AuditDelivery.of(deliveries.get_nowait()))
+        matches = [audit_filter.matches(delivery.event) for delivery in batch]
+        texts = await RevisionStore(console.engine).texts(
+            [
+                delivery.event.revision_id
+                for delivery, matched in zip(batch, matches, strict=True)
+                if matched and isinstance(delivery.event, MemoryChanged)
+            ]
+        )
+        for delivery, matched in zip(batch, matches, strict=True):
+            if matched:
+                offset = stream_offset(delivery.message)
+                data = orjson.dumps(_row(delivery, offset, texts)).decode()
+                await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
+            await delivery.message.ack()
+
+
+def _row(delivery: AuditDelivery, offset: int, texts: Mapping[int, ChangeTexts]) -> dict[str, Any]:
+    event, message = delivery.event, delivery.message
+    if event is None:
+        return unreadable_row(
+            offset, message.timestamp, message.routing_key or "", delivery.problem
+        )
+    found = texts.get(event.revision_id) if isinstance(event, MemoryChanged) else None
+    return event_row(event, offset, found)
 
 
 def _ids(request: web.Request) -> tuple[int, int]:

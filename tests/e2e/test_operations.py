@@ -152,9 +152,9 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
     assert await tail_audit(settings, "first", as_json=True, out=out, err=io.StringIO()) == 0
     ours = {call.tool_call_id for call in calls}
     printed = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
-    # The stream holds every event of the run; the audit trail is its memory.* events.
-    assert {"tool_call.completed", "embed.requested", "cache.invalidate"} <= {
-        event["event_type"] for event in printed if event.get("tool_call_id") in ours
+    # The stream holds the changes of the run, not their results, embeds or invalidations.
+    assert {event["event_type"] for event in printed if event.get("tool_call_id") in ours} == {
+        "memory.updated"
     }
     tailed = [
         event
@@ -162,7 +162,9 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
         if event.get("tool_call_id") in ours and event["event_type"] == "memory.updated"
     ]
     assert [event["tool_call_id"] for event in tailed] == [call.tool_call_id for call in calls]
+    # The texts come from the revisions, joined by `ltm audit tail --json`.
     assert [event["content_after"] for event in tailed] == ["v1", "v2", "v3", "v4", "v5"]
+    assert not any(event["erased"] for event in tailed)
     revisions = await world.revisions(memory_id)
     assert [event["revision_id"] for event in tailed] == [r["revision_id"] for r in revisions]
 

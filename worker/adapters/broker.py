@@ -34,10 +34,10 @@ from pamqp.common import FieldTable
 from contracts import (
     CONTENT_TYPE,
     REPLAYED_HEADER,
-    SCHEMA_VERSION,
     Event,
     Topology,
     encode_event,
+    schema_version_of,
 )
 from contracts.dead_letters import (
     ATTEMPTS_HEADER,
@@ -322,7 +322,7 @@ def event_properties(
 ) -> Basic.Properties:
     """The basic properties of an event (docs/contract.md), time to live included; `replayed`
     marks an answer repeated from the idempotency record."""
-    headers: FieldTable = {"schema_version": SCHEMA_VERSION}
+    headers: FieldTable = {"schema_version": schema_version_of(event_type)}
     if replayed:
         headers[REPLAYED_HEADER] = True
     return Basic.Properties(

@@ -106,8 +106,6 @@ def _updated(memory_id: int, *, guild: str = "111", actor: str = "42") -> Memory
         actor_id=actor,
         persona_id=1,
         persona_lineage_id=2,
-        content_before="a",
-        content_after="b",
     )
 
 
