@@ -236,7 +236,7 @@ async def tail_audit(
     except ChannelNotFoundEntity:
         print(f"{stream} does not exist: run `ltm topology` first", file=err)
         return ExitCode.FAILED
-    except (DBAPIError, OSError) as error:
+    except DBAPIError as error:
         # The texts are the database's: without it the tail cannot show a change.
         print(
             f"the database is unreachable, the changes' texts cannot be read: "
