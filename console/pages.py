@@ -20,7 +20,7 @@ from console.core.sessions import Session
 from console.security import see_other
 from console.state import STATE, Console, session_of
 from contracts import MemoryChanged
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 from operators.audit_stream import (
     PREFETCH,
     AuditDelivery,
@@ -184,7 +184,7 @@ async def _record(recording: Awaitable[None], session: Session, action: str) -> 
             "console.audit_record_not_written",
             operator=session.name,
             action=action,
-            error=repr(error),
+            error=error_summary(error),
         )
         raise web.HTTPInternalServerError(
             text=f"the dead letters were {action}, but the audit record of it could not be "

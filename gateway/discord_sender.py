@@ -33,7 +33,7 @@ from gateway.delivery import Delivery
 from gateway.embeds import to_hikari_embed
 from gateway.metrics import EmbedFailure, GatewayMetrics
 from infra.observability import tracing
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 
 __all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient_discord_fault"]
 
@@ -134,7 +134,7 @@ class DiscordSender:
             ):
                 raise
             self._metrics.embed_failed("unavailable")
-            bound.warning("embed.send_failed_requeue", error=repr(error))
+            bound.warning("embed.send_failed_requeue", error=error_summary(error))
             return Delivery.RETRY_LATER
         bound.info("embed.sent", message_id=str(message.id))
         return Delivery.SENT
@@ -150,7 +150,7 @@ class DiscordSender:
                 "embed.send_retrying",
                 attempt=state.attempt_number,
                 wait_s=round(state.upcoming_sleep, 3),
-                error=repr(error),
+                error=error,  # summarised by the log processor
             )
 
         return AsyncRetrying(

@@ -49,7 +49,7 @@ from infra.cancellation import being_cancelled
 from infra.messaging.confirms import ConfirmingChannel
 from infra.messaging.topology import declare_shard_queue
 from infra.observability import tracing
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 from worker.core.outgoing import OutboxRow
 
 __all__ = [
@@ -296,7 +296,7 @@ class ShardQueues:
                 "worker.shard_queue_declare_failed",
                 queue=queue,
                 shard_id=shard_id,
-                error=repr(error),
+                error=error_summary(error),
             )
             return
         if shard_id >= self._shard_count:
