@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import uuid
 from pathlib import Path
 
 from aio_pika.abc import AbstractChannel
 
 from contracts import (
-    CacheInvalidate,
     EmbedRequested,
     MemoryStatus,
     MemoryUpdated,
@@ -19,7 +19,7 @@ from contracts import (
     ToolCallRequested,
     Topology,
     amqp_properties,
-    cache_routing_key,
+    audit_routing_key,
     encode_event,
 )
 from harness.amqp_proxy import AmqpProxy
@@ -32,6 +32,7 @@ from infra.settings import Settings
 from ltm.commands.audit import tail_audit
 from ltm.commands.dlq import list_dead_letters, replay_dead_letters
 from tests.e2e.conftest import new_worker
+from tests.integration.operators.seeding import memory_updated
 
 
 async def _a_memory_and_its_update(world: World) -> tuple[int, ToolCallRequested]:
@@ -192,11 +193,11 @@ async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
         through = settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)})
         out, err = io.StringIO(), io.StringIO()
         tail = asyncio.create_task(tail_audit(through, "last", follow=True, out=out, err=err))
-        event = CacheInvalidate(cache="user", key=snowflake())
+        event = _a_change()
 
         async def tailing() -> bool:  # "last" may start past a first copy: send it again
             await _publish_event(channel, topology, event)
-            return str(event.key) in out.getvalue()
+            return event.tool_call_id in out.getvalue()
 
         await eventually(tailing, timeout=20, interval=0.5, what="the tail printing an event")
         proxy.drop()
@@ -207,17 +208,23 @@ async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
 
 async def _publish_events_forever(channel: AbstractChannel, topology: Topology) -> None:
     while True:
-        await _publish_event(channel, topology, CacheInvalidate(cache="user", key=snowflake()))
+        await _publish_event(channel, topology, _a_change())
         await asyncio.sleep(0.1)
 
 
+def _a_change() -> MemoryUpdated:
+    """An audit event of its own (its revision need not exist: the tail says so)."""
+    return memory_updated(f"tc-{uuid.uuid4()}", 1)
+
+
 async def _publish_event(
-    channel: AbstractChannel, topology: Topology, event: CacheInvalidate
+    channel: AbstractChannel, topology: Topology, event: MemoryUpdated
 ) -> None:
+    # The stream takes the audit events alone: an invalidation would not reach it.
     await publish_raw(
         channel,
         topology.events_exchange,
         encode_event(event),
-        cache_routing_key(event.cache, str(event.key)),
+        audit_routing_key("updated", event.scope),
         **amqp_properties(event),
     )
