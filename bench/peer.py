@@ -214,8 +214,6 @@ def _events(
         actor_id=context.triggerer_id,
         persona_id=context.persona_id,
         persona_lineage_id=written["persona_lineage_id"],
-        content_before=written["content_before"],
-        content_after=content,
     )
     return [
         OutgoingEvent(result, result_routing_key(context.shard_id), REPLY_TTL_MS),

@@ -19,7 +19,7 @@ from pamqp.commands import Basic
 
 from bench.amqp import CallPublisher, outgoing_call
 from bench.world import CallMaker, events_queued_for
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, MemoryStatus, Topology
+from contracts import CONTENT_TYPE, MemoryStatus, Topology, schema_version_of
 from harness.waiting import eventually
 from worker.adapters.broker import event_properties
 
@@ -181,6 +181,6 @@ def message_for(event: SampleEvent, message_id: str, correlation_id: str) -> aio
         correlation_id=correlation_id if event.correlated else None,
         type=event.event_type,
         timestamp=datetime.now(UTC),
-        headers={"schema_version": SCHEMA_VERSION},
+        headers={"schema_version": schema_version_of(event.event_type)},
         expiration=None if event.ttl_ms is None else max(event.ttl_ms, 1) / 1000,
     )

@@ -14,7 +14,7 @@ from console.adapters.broker import BrokerLink
 from console.adapters.statistics import CallStatistics
 from console.core.overview import OverviewHistory, QueueReading, QueueSample, is_success
 from contracts import Topology
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 
 __all__ = ["Overview", "watched_queues"]
 
@@ -89,7 +89,9 @@ class Overview:
             result = await work
         except Exception as error:  # any fault of that source: shown, retried next time
             if self._problems.get(source) != repr(error):
-                log.warning("console.overview_source_silent", source=source, error=repr(error))
+                log.warning(
+                    "console.overview_source_silent", source=source, error=error_summary(error)
+                )
             self._problems[source] = repr(error)
             return None
         self._problems.pop(source, None)

@@ -4,7 +4,7 @@ audit stream, filtered, as server-sent events, and data requests (export, erasur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -25,13 +25,18 @@ from console.state import STATE, Console, session_of
 from contracts import (
     DataRequestCompleted,
     DataRequestRequested,
-    Event,
-    InvalidEnvelope,
+    MemoryChanged,
     Subject,
-    decode_event,
 )
-from infra.observability.logs import get_logger
-from operators.audit_stream import BadStart, StreamStart, parse_start, stream_offset
+from infra.observability.logs import error_summary, get_logger
+from operators.audit_stream import (
+    PREFETCH,
+    AuditDelivery,
+    BadStart,
+    StreamStart,
+    parse_start,
+    stream_offset,
+)
 from operators.data_requests import operator_request, request_data
 from operators.dead_letters import (
     DEFAULT_RATE,
@@ -44,7 +49,7 @@ from operators.dead_letters import (
 )
 from operators.display import BadTime, parsed_time, shown_time
 from operators.operator_records import record_purge, record_replay
-from operators.revision_store import UnchangedMemory
+from operators.revision_store import ChangeTexts, RevisionStore, UnchangedMemory
 from operators.revisions import restore_revision
 from operators.tool_call import Unroutable
 from operators.word_diff import word_diff
@@ -329,7 +334,7 @@ async def _record(recording: Awaitable[None], session: Session, action: str) -> 
             "console.audit_record_not_written",
             operator=session.name,
             action=action,
-            error=repr(error),
+            error=error_summary(error),
         )
         raise web.HTTPInternalServerError(
             text=f"the dead letters were {action}, but the audit record of it could not be "
@@ -536,24 +541,40 @@ async def _send_events(
     await response.write(b": attached\n\n")
     while True:
         try:
-            message = await asyncio.wait_for(deliveries.get(), KEEPALIVE_S)
+            first = await asyncio.wait_for(deliveries.get(), KEEPALIVE_S)
         except TimeoutError:
             if connection.is_closed:
                 return  # the browser reconnects, from its last event, on a new connection
             await response.write(b": alive\n\n")
             continue
-        offset = stream_offset(message)
-        event: Event | None
-        try:
-            event = decode_event(message.body)
-            row = event_row(event, offset)
-        except InvalidEnvelope as error:
-            event = None
-            row = unreadable_row(offset, message.timestamp, message.routing_key or "", str(error))
-        if audit_filter.matches(event):
-            data = orjson.dumps(row).decode()
-            await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
-        await message.ack()
+        # What has arrived is one batch: its changes' texts come from one query.
+        batch = [AuditDelivery.of(first)]
+        while not deliveries.empty() and len(batch) < PREFETCH:
+            batch.append(AuditDelivery.of(deliveries.get_nowait()))
+        matches = [audit_filter.matches(delivery.event) for delivery in batch]
+        texts = await RevisionStore(console.engine).texts(
+            [
+                delivery.event.revision_id
+                for delivery, matched in zip(batch, matches, strict=True)
+                if matched and isinstance(delivery.event, MemoryChanged)
+            ]
+        )
+        for delivery, matched in zip(batch, matches, strict=True):
+            if matched:
+                offset = stream_offset(delivery.message)
+                data = orjson.dumps(_row(delivery, offset, texts)).decode()
+                await response.write(f"id: {offset}\nevent: audit\ndata: {data}\n\n".encode())
+            await delivery.message.ack()
+
+
+def _row(delivery: AuditDelivery, offset: int, texts: Mapping[int, ChangeTexts]) -> dict[str, Any]:
+    event, message = delivery.event, delivery.message
+    if event is None:
+        return unreadable_row(
+            offset, message.timestamp, message.routing_key or "", delivery.problem
+        )
+    found = texts.get(event.revision_id) if isinstance(event, MemoryChanged) else None
+    return event_row(event, offset, found)
 
 
 # -- data requests --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from aiormq.exceptions import AMQPError
 from console.core.sessions import csrf_matches, operator_name
 from console.passwords import verify_password
 from console.state import STATE, session_of, set_session
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 
 __all__ = [
     "COOKIE",
@@ -105,7 +105,9 @@ async def services_unavailable(request: web.Request, handler: Handler) -> web.St
         service, failure = "broker", error
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         service, failure = "database", error
-    log.error("console.service_silent", service=service, path=request.path, error=repr(failure))
+    log.error(
+        "console.service_silent", service=service, path=request.path, error=error_summary(failure)
+    )
     return aiohttp_jinja2.render_template(
         "unavailable.html",
         request,

@@ -15,8 +15,10 @@ from contracts.codec import (
     InvalidEnvelope,
     amqp_properties,
     decode_event,
+    decode_superseded_event,
     decode_tool_call,
     encode_event,
+    schema_version_of,
 )
 from contracts.data_requests import (
     DATA_REQUEST_ROUTING_KEY,
@@ -92,6 +94,7 @@ from contracts.tool_declaration import (
     openai_tools,
 )
 from contracts.topology import (
+    AUDIT_BINDING_KEYS,
     CACHE_BINDING_KEY,
     DEFAULT_PREFIX,
     Binding,
@@ -112,6 +115,7 @@ from contracts.topology import (
 )
 
 __all__ = [
+    "AUDIT_BINDING_KEYS",
     "CACHE_BINDING_KEY",
     "CONTENT_TYPE",
     "CREATE_COLOR",
@@ -195,6 +199,7 @@ __all__ = [
     "cache_routing_key",
     "dead_letter_queue_arguments",
     "decode_event",
+    "decode_superseded_event",
     "decode_tool_call",
     "embed_routing_key",
     "encode_event",
@@ -210,6 +215,7 @@ __all__ = [
     "result_routing_key",
     "retract_routing_key",
     "rfc3339_utc",
+    "schema_version_of",
     "shard_declarations",
     "shard_of_routing_key",
     "shard_queue_arguments",

@@ -15,11 +15,13 @@ from contracts.audit import MemoryCreated, MemoryDeleted, MemoryRestored, Memory
 from contracts.cache import CacheInvalidate
 from contracts.codec import CONTENT_TYPE, EVENT_TYPES, MAX_NESTING, REPLAYED_HEADER
 from contracts.data_requests import (
+    DATA_REQUEST_ROUTING_KEY,
     DataRequestCompleted,
     DataRequestRequested,
     NoticeRetract,
     SubjectErased,
     SubjectExported,
+    retract_routing_key,
 )
 from contracts.dead_letters import (
     ATTEMPTS_HEADER,
@@ -40,6 +42,7 @@ from contracts.operator import (
 from contracts.results import ToolCallCompleted
 from contracts.tool_calls import TOOL_NAMES, ToolCallRequested
 from contracts.topology import (
+    AUDIT_BINDING_KEYS,
     DEFAULT_PREFIX,
     Topology,
     audit_routing_key,
@@ -66,10 +69,10 @@ MESSAGE_NAMES: Final[dict[type[Event], str]] = {
 }
 AUDIT_MODELS: Final = (MemoryCreated, MemoryUpdated, MemoryDeleted, MemoryRestored)
 OPERATOR_MODELS: Final = (DeadLettersReplayed, DeadLettersPurged)
-# Everything the worker emits on the events exchange (all but the bots' tool calls).
-EMITTED_MODELS: Final = tuple(
-    model for model in EVENT_TYPES.values() if model is not ToolCallRequested
-)
+SUBJECT_MODELS: Final = (SubjectExported, SubjectErased)
+# What the audit stream keeps (`AUDIT_BINDING_KEYS`): changes, operators' acts, data requests
+# answered; none holds a text.
+AUDITED_MODELS: Final = (*AUDIT_MODELS, *OPERATOR_MODELS, *SUBJECT_MODELS)
 DEAD_LETTERED: Final = "DeadLetteredToolCall"
 
 
@@ -150,7 +153,9 @@ def _info() -> dict[str, Any]:
             "Every message is persistent (delivery_mode 2), UTF-8 JSON (content_type "
             f"{CONTENT_TYPE}), and carries the AMQP properties message_id = event_id, "
             "correlation_id = tool_call_id where there is one, type = event_type, timestamp, "
-            f"and the header schema_version ({SCHEMA_VERSION}).\n"
+            "and the header schema_version, the event type's own (the body's schema_version): "
+            f"2 for memory.* (no texts: revision_id names the revision that holds them), "
+            f"{SCHEMA_VERSION} for every other type.\n"
             "Consumers deduplicate on event_id. Ids of Discord objects are strings of digits.\n"
             "A tool call's body holds at most LTM_MAX_MESSAGE_BYTES (262144 by default) and "
             f"nests at most {MAX_NESTING} levels; the worker dead-letters one that does not, "
@@ -178,11 +183,20 @@ def _channels(topology: Topology) -> dict[str, Any]:
             _messages_of(ToolCallRequested),
             _TOOL_NAME,
         ),
+        "dataRequestRequested": _routing_key_channel(
+            topology.tool_calls_exchange,
+            DATA_REQUEST_ROUTING_KEY,
+            "Data requests (export or erase a person's or a server's data), to the worker's "
+            "queue; retried and dead-lettered as tool calls are.",
+            _messages_of(DataRequestRequested),
+            {},
+        ),
         "toolCallCompleted": _routing_key_channel(
             events,
             "result.shard.{shardId}",
-            "The result of a tool call, for the shard that published it.",
-            _messages_of(ToolCallCompleted),
+            "The result of a tool call, or the answer to a data request, for the shard that "
+            "published it (a request's context.shard_id).",
+            _messages_of(ToolCallCompleted, DataRequestCompleted),
             _SHARD,
         ),
         "embedRequested": _routing_key_channel(
@@ -202,10 +216,18 @@ def _channels(topology: Topology) -> dict[str, Any]:
                 "key": {"description": "Guild id (user id in a DM), or a user's Discord id."},
             },
         ),
+        "noticeRetract": _routing_key_channel(
+            events,
+            retract_routing_key(0).rpartition(".")[0] + ".{shardId}",
+            "A notice about an erased memory to delete, for the shard whose gateway posted it.",
+            _messages_of(NoticeRetract),
+            _SHARD,
+        ),
         "memoryChanged": _routing_key_channel(
             events,
             audit_routing_key("{action}", "{scope}"),
-            "The audit trail of every change.",
+            "The audit trail of every change, without its texts (revision_id names the "
+            "memory_revisions row that holds them).",
             _messages_of(*AUDIT_MODELS),
             {
                 "action": {"enum": ["created", "updated", "deleted", "restored"]},
@@ -227,6 +249,17 @@ def _channels(topology: Topology) -> dict[str, Any]:
             _messages_of(MemoriesReverted),
             {},
         ),
+        "subjectChanged": _routing_key_channel(
+            events,
+            # The helper's form with parameters (it takes only the real values).
+            "subject.{action}.{subjectKind}",
+            "The audit record of a data request answered: an export or an erasure (no text).",
+            _messages_of(*SUBJECT_MODELS),
+            {
+                "action": {"enum": ["exported", "erased"]},
+                "subjectKind": {"enum": ["user", "guild"]},
+            },
+        ),
         "deadLetter": _routing_key_channel(
             topology.dead_letter_exchange,
             "{toolName}",
@@ -241,11 +274,11 @@ def _channels(topology: Topology) -> dict[str, Any]:
             topology.worker_queue,
             "The worker's work queue. Every process declares it with exactly these arguments: "
             "a mismatch closes the channel.",
-            _messages_of(ToolCallRequested),
+            _messages_of(ToolCallRequested, DataRequestRequested),
             arguments=worker_queue_arguments(topology),
             bound=[
                 {"exchange": topology.tool_calls_exchange, "routingKey": name}
-                for name in TOOL_NAMES
+                for name in (*TOOL_NAMES, DATA_REQUEST_ROUTING_KEY)
             ],
         ),
         "deadLetterQueue": _queue_channel(
@@ -258,12 +291,14 @@ def _channels(topology: Topology) -> dict[str, Any]:
         "shardQueue": _queue_channel(
             # The queue's name with the shard number as a parameter.
             topology.shard_queue(0).rpartition(".")[0] + ".{shardId}",
-            "One bot shard's results and embeds, consumed by the gateway process that owns it.",
-            _messages_of(ToolCallCompleted, EmbedRequested),
+            "One bot shard's results, answers to data requests, embeds and retractions, "
+            "consumed by the gateway process that owns it.",
+            _messages_of(ToolCallCompleted, DataRequestCompleted, EmbedRequested, NoticeRetract),
             arguments=shard_queue_arguments(),
             bound=[
                 {"exchange": events, "routingKey": "result.shard.{shardId}"},
                 {"exchange": events, "routingKey": "embed.shard.{shardId}"},
+                {"exchange": events, "routingKey": "retract.shard.{shardId}"},
             ],
             parameters=_SHARD,
         ),
@@ -279,11 +314,12 @@ def _channels(topology: Topology) -> dict[str, Any]:
         ),
         "auditStream": _queue_channel(
             topology.audit_stream,
-            "Every event the worker emits, kept 30 days, readable from any offset "
-            "(`ltm audit tail`).",
-            _messages_of(*EMITTED_MODELS),
+            "The audit trail, kept 30 days, readable from any offset (`ltm audit tail`): "
+            "changes, operators' acts and data requests answered, never a text. Results, "
+            "embeds, invalidations and retractions go to the shard and cache queues alone.",
+            _messages_of(*AUDITED_MODELS),
             arguments=audit_stream_arguments(),
-            bound=[{"exchange": events, "routingKey": "#"}],
+            bound=[{"exchange": events, "routingKey": key} for key in AUDIT_BINDING_KEYS],
         ),
     }
 
@@ -361,7 +397,8 @@ def _operations() -> dict[str, Any]:
     """Every operation, in the document's order."""
     audit = [MESSAGE_NAMES[model] for model in AUDIT_MODELS]
     operator = [MESSAGE_NAMES[model] for model in OPERATOR_MODELS]
-    emitted = [MESSAGE_NAMES[model] for model in EMITTED_MODELS]
+    audited = [MESSAGE_NAMES[model] for model in AUDITED_MODELS]
+    subject = [MESSAGE_NAMES[model] for model in SUBJECT_MODELS]
     return {
         "requestToolCall": _operation(
             "send",
@@ -374,11 +411,24 @@ def _operations() -> dict[str, Any]:
                 "messages": [_ref("#/channels/toolCallCompleted/messages/ToolCallCompleted")],
             },
         ),
+        "requestData": _operation(
+            "send",
+            "dataRequestRequested",
+            ["DataRequestRequested"],
+            "A bot (for the person who asked) or an operator's tool asks for an export or an "
+            "erasure; the answer goes to the request's context.shard_id, if any.",
+            {**_PERSISTENT, "mandatory": True},
+            reply={
+                "channel": _ref("#/channels/toolCallCompleted"),
+                "messages": [_ref("#/channels/toolCallCompleted/messages/DataRequestCompleted")],
+            },
+        ),
         "consumeToolCalls": _operation(
             "receive",
             "workerQueue",
-            ["ToolCallRequested"],
-            "The worker runs each call once in effect (inbox on tool_call_id), then acks.",
+            ["ToolCallRequested", "DataRequestRequested"],
+            "The worker runs each call once in effect (inbox on tool_call_id), and each data "
+            "request once (on request_id), then acks.",
             _CONSUMING,
         ),
         "sendToolCallCompleted": _operation(
@@ -387,6 +437,13 @@ def _operations() -> dict[str, Any]:
             ["ToolCallCompleted"],
             "The worker answers; the message expires after LTM_REPLY_TTL_S.",
             _EXPIRING,
+        ),
+        "sendDataRequestCompleted": _operation(
+            "send",
+            "toolCallCompleted",
+            ["DataRequestCompleted"],
+            "The worker answers a data request to its context's shard.",
+            _PERSISTENT,
         ),
         "sendEmbedRequested": _operation(
             "send",
@@ -409,6 +466,13 @@ def _operations() -> dict[str, Any]:
             "The worker (and `ltm memory restore`) records every change.",
             _PERSISTENT,
         ),
+        "sendNoticeRetract": _operation(
+            "send",
+            "noticeRetract",
+            ["NoticeRetract"],
+            "An erasure asks the shard that posted each notice of an erased memory to delete it.",
+            _PERSISTENT,
+        ),
         "sendOperatorAction": _operation(
             "send",
             "operatorAction",
@@ -423,6 +487,13 @@ def _operations() -> dict[str, Any]:
             "A revert records itself once, after the memory.restored events of its memories.",
             _PERSISTENT,
         ),
+        "sendSubjectChanged": _operation(
+            "send",
+            "subjectChanged",
+            subject,
+            "The worker records each export and erasure it did (counts, never a text).",
+            _PERSISTENT,
+        ),
         "deadLetterToolCall": _operation(
             "send",
             "deadLetter",
@@ -433,8 +504,9 @@ def _operations() -> dict[str, Any]:
         "consumeShardQueue": _operation(
             "receive",
             "shardQueue",
-            ["ToolCallCompleted", "EmbedRequested"],
-            "The gateway wakes the waiting tool client, or posts the embed.",
+            ["ToolCallCompleted", "DataRequestCompleted", "EmbedRequested", "NoticeRetract"],
+            "The gateway wakes the waiting tool client or data-rights request, posts the embed, "
+            "or deletes the notice.",
             _CONSUMING,
         ),
         "consumeCacheInvalidations": _operation(
@@ -447,8 +519,9 @@ def _operations() -> dict[str, Any]:
         "tailAudit": _operation(
             "receive",
             "auditStream",
-            emitted,
-            "Operators read the stream from an offset (x-stream-offset: first, last, a time).",
+            audited,
+            "Operators read the stream from an offset (x-stream-offset: first, last, a time); "
+            "`ltm audit tail` and the console join each change's texts from its revision.",
             _CONSUMING,
         ),
         "inspectDeadLetters": _operation(
@@ -566,10 +639,13 @@ _DEAD_LETTER_HEADERS: Final[dict[str, Any]] = {
 
 
 def _headers(
-    extra: dict[str, Any] | None = None, *, required: tuple[str, ...] = ("schema_version",)
+    extra: dict[str, Any] | None = None,
+    *,
+    required: tuple[str, ...] = ("schema_version",),
+    version: int = SCHEMA_VERSION,
 ) -> dict[str, Any]:
     properties: dict[str, Any] = {
-        "schema_version": {"type": "integer", "const": SCHEMA_VERSION},
+        "schema_version": {"type": "integer", "const": version},
         **(extra or {}),
     }
     headers: dict[str, Any] = {"type": "object", "properties": properties}
@@ -598,7 +674,7 @@ def _message(model: type[Event]) -> dict[str, Any]:
         "title": name,
         "summary": _SUMMARIES[model],
         "contentType": CONTENT_TYPE,
-        "headers": _headers(_EXTRA_HEADERS.get(model)),
+        "headers": _headers(_EXTRA_HEADERS.get(model), version=model.SCHEMA_VERSION),
         "payload": _ref(SCHEMAS + name),
         "bindings": {
             "amqp": {"messageType": model.EVENT_TYPE, "bindingVersion": AMQP_BINDING_VERSION}

@@ -1,5 +1,9 @@
 """`memory.created` / `memory.updated` / `memory.deleted` / `memory.restored`: the audit trail of
-every change."""
+every change.
+
+The stream keeps these for 30 days and cannot erase one, so they hold no text: `revision_id`
+names the `memory_revisions` row that holds the change's texts, where an erasure can reach them
+(schema_version 2; version 1 carried `content_before` and `content_after`)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ __all__ = ["MemoryChanged", "MemoryCreated", "MemoryDeleted", "MemoryRestored", 
 class MemoryChanged(Event):
     """Common fields; the concrete event types below fix `event_type`."""
 
+    SCHEMA_VERSION: ClassVar[int] = 2
+    schema_version: int = 2
+
     tool_call_id: ToolCallId
     revision_id: int
     scope: MemoryScope
@@ -25,8 +32,6 @@ class MemoryChanged(Event):
     actor_id: str
     persona_id: int | None
     persona_lineage_id: int
-    content_before: str  # "" for a memory that did not exist
-    content_after: str | None  # None for a memory that no longer exists
 
 
 class MemoryCreated(MemoryChanged):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from datetime import UTC
 from typing import Any, Final
@@ -32,9 +33,11 @@ __all__ = [
     "InvalidEnvelope",
     "amqp_properties",
     "decode_event",
+    "decode_superseded_event",
     "decode_tool_call",
     "encode_event",
     "nesting_depth",
+    "schema_version_of",
 ]
 
 CONTENT_TYPE: Final = "application/json"
@@ -74,6 +77,13 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
 _ENVELOPE_PEEK: Final = TypeAdapter(dict[str, Any])
 
 
+def schema_version_of(event_type: str) -> int:
+    """The version a body of `event_type` is at (the AMQP header and the body field): each
+    event type has its own; `memory.*` is at 2, every other type at 1."""
+    model = EVENT_TYPES.get(event_type)
+    return SCHEMA_VERSION if model is None else model.SCHEMA_VERSION
+
+
 class InvalidEnvelope(ValueError):
     """The bytes are not a message of this contract; the reason is safe to log and to store."""
 
@@ -104,23 +114,70 @@ def decode_event(body: bytes) -> Event:
         peek = _ENVELOPE_PEEK.validate_json(body)
     except ValidationError as error:
         raise InvalidEnvelope(f"body is not a JSON object: {_first_error(error)}") from None
+    model = EVENT_TYPES.get(str(peek.get("event_type")))
     version = peek.get("schema_version")
     if version is None:
         raise InvalidEnvelope(
             "not an event envelope: the JSON object has no schema_version "
             "(nor, most likely, the event_type, event_id and the rest)"
         )
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise InvalidEnvelope(
-            f"unsupported schema_version {version!r} (this service reads {SCHEMA_VERSION})"
-        )
-    model = EVENT_TYPES.get(str(peek.get("event_type")))
     if model is None:
+        if version != SCHEMA_VERSION or isinstance(version, bool):
+            raise InvalidEnvelope(
+                f"unsupported schema_version {version!r} (this service reads {SCHEMA_VERSION})"
+            )
         raise InvalidEnvelope(f"unknown event_type {peek.get('event_type')!r}")
+    if version != model.SCHEMA_VERSION or isinstance(version, bool):
+        # A `memory.*` body of version 1 (with texts) read from a stream written before the
+        # upgrade is refused here too: readers of the stream decide what to do with it.
+        raise InvalidEnvelope(
+            f"unsupported schema_version {version!r} for {model.EVENT_TYPE}"
+            f" (at {model.SCHEMA_VERSION})"
+        )
     try:
         return model.model_validate_json(body)
     except ValidationError as error:
         raise InvalidEnvelope(f"invalid {model.EVENT_TYPE}: {_first_error(error)}") from None
+
+
+# Event types whose version 1 carried fields the current version dropped, and those fields:
+# a body of version 1 is read as the current event, without them.
+_DROPPED_SINCE_VERSION_1: Final = {
+    event_type: ("content_before", "content_after")
+    for event_type in (
+        MemoryCreated.EVENT_TYPE,
+        MemoryUpdated.EVENT_TYPE,
+        MemoryDeleted.EVENT_TYPE,
+        MemoryRestored.EVENT_TYPE,
+    )
+}
+
+
+def decode_superseded_event(body: bytes) -> Event:
+    """A body of an older version of its event type, read as the current version: a `memory.*`
+    body of schema_version 1 (written before the upgrade, with the memory's texts), read as
+    its version-2 event, the texts dropped unread. For readers of a stream that may still hold
+    such bodies (`ltm audit tail`, the console); `decode_event` refuses them.
+
+    Raises `InvalidEnvelope` for a body that is not such an event.
+    """
+    _check_nesting(body)
+    try:
+        peek = _ENVELOPE_PEEK.validate_json(body)
+    except ValidationError as error:
+        raise InvalidEnvelope(f"body is not a JSON object: {_first_error(error)}") from None
+    event_type = str(peek.get("event_type"))
+    version = peek.get("schema_version")
+    dropped = _DROPPED_SINCE_VERSION_1.get(event_type)
+    if dropped is None or version != 1 or isinstance(version, bool):
+        raise InvalidEnvelope(f"not a superseded event: {event_type} at {version!r}")
+    model = EVENT_TYPES[event_type]
+    current = {name: value for name, value in peek.items() if name not in dropped}
+    current["schema_version"] = model.SCHEMA_VERSION
+    try:
+        return model.model_validate_json(json.dumps(current))
+    except ValidationError as error:
+        raise InvalidEnvelope(f"invalid {event_type}: {_first_error(error)}") from None
 
 
 def decode_tool_call(body: bytes) -> ToolCallRequested:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, Literal, Self
+from typing import Any, ClassVar, Final, Self
 
 from pydantic import (
     AwareDatetime,
@@ -18,6 +18,8 @@ from pydantic import (
 
 __all__ = ["ENVELOPE_FIELDS", "SCHEMA_VERSION", "Event", "rfc3339_utc", "utc_now"]
 
+# The version of every event type but those that changed since: an event type's own version is
+# its model's `SCHEMA_VERSION` (`memory.*` is at 2: no texts).
 SCHEMA_VERSION = 1
 
 # Every message carries these. A producer's model fills them in; a received body must have
@@ -34,10 +36,14 @@ def rfc3339_utc(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _envelope_required(schema: dict[str, Any]) -> None:
-    """In the JSON Schema, as in a received body, the envelope is required."""
+def _envelope_required(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """In the JSON Schema, as in a received body, the envelope is required, and the version is
+    the event type's own."""
     required = [name for name in schema.get("required", []) if name not in ENVELOPE_FIELDS]
     schema["required"] = [*ENVELOPE_FIELDS, *required]
+    version = schema.get("properties", {}).get("schema_version")
+    if version is not None and isinstance(model, type) and issubclass(model, Event):
+        version["const"] = version["default"] = model.SCHEMA_VERSION
 
 
 class Event(BaseModel):
@@ -54,15 +60,23 @@ class Event(BaseModel):
     )
 
     EVENT_TYPE: ClassVar[str]
+    # The version of this event type's body: a subclass that changes it sets both this and
+    # the field's default.
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     event_type: str
-    schema_version: Literal[1] = 1
+    schema_version: int = SCHEMA_VERSION
     occurred_at: AwareDatetime = Field(default_factory=utc_now)
     causation_id: uuid.UUID | None = None
 
     @model_validator(mode="after")
     def _envelope_given(self, info: ValidationInfo) -> Self:
+        if self.schema_version != self.SCHEMA_VERSION or isinstance(self.schema_version, bool):
+            raise ValueError(
+                f"schema_version {self.schema_version!r}: {self.EVENT_TYPE} is at"
+                f" {self.SCHEMA_VERSION}"
+            )
         # After validation, not before: a "before" validator would turn strict JSON parsing
         # (a UUID or a time from a string) into strict Python validation, which refuses both.
         if info.mode == "json":

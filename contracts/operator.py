@@ -28,7 +28,7 @@ __all__ = [
 
 
 def operator_routing_key(action: str) -> str:
-    """`operator.dead_letters.<replayed|purged>`: bound by the audit stream (`#`) only."""
+    """`operator.dead_letters.<replayed|purged>`: bound by the audit stream (`operator.#`) only."""
     return f"operator.dead_letters.{action}"
 
 

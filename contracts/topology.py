@@ -13,6 +13,7 @@ from typing import Any, Final
 from contracts.data_requests import DATA_REQUEST_ROUTING_KEY, retract_routing_key
 
 __all__ = [
+    "AUDIT_BINDING_KEYS",
     "CACHE_BINDING_KEY",
     "DEFAULT_PREFIX",
     "Binding",
@@ -57,6 +58,12 @@ CACHE_BINDING_KEY: Final = "cache.#"
 
 def cache_routing_key(cache: str, key: str) -> str:
     return f"cache.{cache}.{key}"
+
+
+# What the audit stream is bound with on the events exchange: the changes, the operators' acts
+# and the data requests answered, which hold no text. Results, embeds, invalidations and
+# retractions go to the shard and cache queues alone (transient, with their TTL).
+AUDIT_BINDING_KEYS: Final = ("memory.#", "operator.#", "subject.#")
 
 
 def audit_routing_key(action: str, scope: str) -> str:
@@ -207,7 +214,10 @@ def topology_declarations(
                 for name in (*tool_names, DATA_REQUEST_ROUTING_KEY)
             ),
             Binding(topology.dead_letter_exchange, topology.dead_letter_queue, "#"),
-            Binding(topology.events_exchange, topology.audit_stream, "#"),
+            *(
+                Binding(topology.events_exchange, topology.audit_stream, key)
+                for key in AUDIT_BINDING_KEYS
+            ),
         ),
     )
     for shard_id in shards:

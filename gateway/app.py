@@ -45,7 +45,7 @@ from gateway.tool_client import ToolClient, ToolClientUnavailable
 from infra.messaging import amqp
 from infra.messaging.confirms import ConfirmingChannel
 from infra.messaging.topology import declare_shard_queue, ensure_topology
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 from infra.observability.tracing import configure_tracing
 from infra.settings import Settings, broker_user
 
@@ -381,4 +381,4 @@ async def _close_channel(channel: AbstractChannel) -> None:
     try:
         await channel.close()
     except Exception as error:  # already going away with the connection
-        log.warning("gateway.channel_close_failed", error=repr(error))
+        log.warning("gateway.channel_close_failed", error=error_summary(error))

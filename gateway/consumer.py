@@ -22,7 +22,7 @@ from gateway.inflight import InFlight
 from gateway.metrics import GatewayMetrics
 from infra.messaging.settlement import Outcome, settle_incoming
 from infra.observability import tracing
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 
 __all__ = ["EventConsumer"]
 
@@ -61,7 +61,9 @@ class EventConsumer(abc.ABC):
             try:
                 await queue.cancel(tag)
             except Exception as error:  # the channel may already be closed
-                log.warning(f"{self.log_prefix}.cancel_failed", queue=name, error=repr(error))
+                log.warning(
+                    f"{self.log_prefix}.cancel_failed", queue=name, error=error_summary(error)
+                )
         self._consuming.clear()
         cancelled = await self._inflight.drain(grace_s)
         if cancelled:

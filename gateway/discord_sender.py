@@ -38,7 +38,7 @@ from gateway.delivery import Delivery, Retraction, SendResult
 from gateway.embeds import to_hikari_embed
 from gateway.metrics import EmbedFailure, GatewayMetrics
 from infra.observability import tracing
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 
 __all__ = ["DiscordSender", "RetryPolicy", "discord_nonce", "is_transient_discord_fault"]
 
@@ -140,7 +140,7 @@ class DiscordSender:
             ):
                 raise
             self._metrics.embed_failed("unavailable")
-            bound.warning("embed.send_failed_requeue", error=repr(error))
+            bound.warning("embed.send_failed_requeue", error=error_summary(error))
             return SendResult(Delivery.RETRY_LATER)
         bound.info("embed.sent", message_id=str(message.id))
         return SendResult(Delivery.SENT, str(message.id))
@@ -193,7 +193,7 @@ class DiscordSender:
                 event,
                 attempt=state.attempt_number,
                 wait_s=round(state.upcoming_sleep, 3),
-                error=repr(error),
+                error=error,  # summarised by the log processor
             )
 
         return AsyncRetrying(

@@ -104,10 +104,16 @@ def _stop_on_signals(worker: Worker) -> None:
             loop.add_signal_handler(signum, stop)
 
 
-async def declare_topology(settings: Settings) -> int:
+async def declare_topology(settings: Settings, *, recreate_audit_stream: bool = False) -> int:
+    """`ltm topology`; with `recreate_audit_stream`, the audit stream is deleted first (every
+    event it holds with it), then declared again with the rest."""
     connection = await amqp.connect(settings)
     async with connection:
         channel = await connection.channel()
+        if recreate_audit_stream:
+            stream = settings.topology.audit_stream
+            await channel.queue_delete(stream)
+            log.warning("topology.audit_stream_deleted", queue=stream)
         await declare_broker_topology(
             channel, settings.topology, shards=range(settings.shard_count)
         )

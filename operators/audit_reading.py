@@ -9,13 +9,17 @@ and from `first` or `last` a stream known to be non-empty owes at least one deli
 
 The stream offset `last` is the start of the stream's last chunk, which may hold many events:
 only the chunk's final event is shown (then, with `follow`, what comes after).
+
+Deliveries are shown in batches, what arrived before the reading would wait for more, so that
+whoever shows them (joining each change's texts from its revision) asks the database once per
+batch, not once per event.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
 
@@ -24,6 +28,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from infra.messaging import amqp
 from infra.settings import Settings
 from operators.audit_stream import (
+    PREFETCH,
     UNKNOWN_TIME,
     AuditDelivery,
     StreamStart,
@@ -31,7 +36,15 @@ from operators.audit_stream import (
     open_stream,
 )
 
-__all__ = ["ATTACH_S", "CHUNK_GAP_S", "IDLE_S", "OWED_S", "ShowDelivery", "read_audit"]
+__all__ = [
+    "ATTACH_S",
+    "BATCH_MAX",
+    "CHUNK_GAP_S",
+    "IDLE_S",
+    "OWED_S",
+    "ShowDeliveries",
+    "read_audit",
+]
 
 # Without follow: stop after this long with no delivery.
 IDLE_S: Final = 1.0
@@ -42,14 +55,17 @@ OWED_S: Final = 10.0
 # The broker sends a chunk's events in one burst: a pause this long ends the chunk.
 CHUNK_GAP_S: Final = 0.3
 
-# Called with each delivery to show, in stream order.
-ShowDelivery = Callable[[AuditDelivery], None]
+# The most deliveries shown in one batch (as many as the broker sends unacknowledged).
+BATCH_MAX: Final = PREFETCH
+
+# Called with each batch of deliveries to show, in stream order.
+ShowDeliveries = Callable[[Sequence[AuditDelivery]], Awaitable[None]]
 
 
 async def read_audit(
     settings: Settings,
     origin: StreamStart,
-    show: ShowDelivery,
+    show: ShowDeliveries,
     *,
     follow: bool,
     stop: asyncio.Event,
@@ -86,7 +102,9 @@ class _Reading:
     follow: bool
     stop: asyncio.Event
     idle_s: float
-    show: ShowDelivery
+    show: ShowDeliveries
+    # Deliveries to show, in stream order, not yet handed to `show`.
+    pending: list[AuditDelivery] = field(default_factory=list)
 
     async def run(
         self, deliveries: asyncio.Queue[AbstractIncomingMessage], holds_events: bool
@@ -101,6 +119,8 @@ class _Reading:
         held: AuditDelivery | None = None
         seen_any = False
         while not self.stop.is_set():
+            if deliveries.empty() or len(self.pending) >= BATCH_MAX:
+                await self._flush()
             patience = CHUNK_GAP_S if held is not None else self._patience(seen_any, holds_events)
             message = await next_or_stop(deliveries, self.stop, patience)
             if message is None:
@@ -124,15 +144,21 @@ class _Reading:
                 break
             # A timestamp offset starts at the chunk holding that time: skip its earlier events.
             if not (isinstance(self.origin, datetime) and delivery.occurred < self.origin):
-                self.show(delivery)
+                self.pending.append(delivery)
             await message.ack()
         await self._release(held)
+        await self._flush()
 
     async def _release(self, held: AuditDelivery | None) -> None:
         """Shows the event held back as the last one, if any."""
         if held is not None:
-            self.show(held)
+            self.pending.append(held)
             await held.message.ack()
+
+    async def _flush(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            await self.show(batch)
 
     def _patience(self, seen_any: bool, holds_events: bool) -> float | None:
         if self.follow:

@@ -4,6 +4,7 @@ Shared by `ltm audit tail` and the console's audit page."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Final, Literal
 
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
-from contracts import Event, InvalidEnvelope, Topology, decode_event
+from contracts import Event, InvalidEnvelope, Topology, decode_event, decode_superseded_event
 
 __all__ = [
     "PREFETCH",
@@ -59,21 +60,30 @@ def parse_start(text: str) -> StreamStart:
 @dataclass(frozen=True, slots=True)
 class AuditDelivery:
     """One delivery of the stream: its event (None when it is not one, and why: `problem`)
-    and when it occurred."""
+    and when it occurred.
+
+    A `memory.*` event of schema_version 1, from before the upgrade that took the texts out of
+    the stream, is read as its version-2 event (`superseded`): its texts are never shown from
+    the stream, only from its revision, like a current event's.
+    """
 
     message: AbstractIncomingMessage
     event: Event | None
     problem: str
     occurred: datetime
+    superseded: bool = False
 
     @classmethod
     def of(cls, message: AbstractIncomingMessage) -> AuditDelivery:
+        superseded = False
         try:
             event: Event | None = decode_event(message.body)
             problem = ""
         except InvalidEnvelope as error:
             event, problem = None, str(error)
-        return cls(message, event, problem, _occurred_at(event, message))
+            with contextlib.suppress(InvalidEnvelope):
+                event, problem, superseded = decode_superseded_event(message.body), "", True
+        return cls(message, event, problem, _occurred_at(event, message), superseded)
 
 
 def _occurred_at(event: Event | None, message: AbstractIncomingMessage) -> datetime:

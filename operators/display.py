@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any, Final, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
 import orjson
 
@@ -29,9 +29,13 @@ from contracts import (
     ToolCallRequested,
 )
 
+if TYPE_CHECKING:
+    from operators.revision_store import ChangeTexts
+
 __all__ = [
     "ABSENT",
     "CONTENT_PREVIEW",
+    "ERASED",
     "BadTime",
     "ExitCode",
     "event_details",
@@ -48,6 +52,8 @@ __all__ = [
 ]
 
 ABSENT: Final = "-"
+# A text an erasure took out of its revision: the audit trail keeps that the change happened.
+ERASED: Final = "[erased]"
 # Columns a memory's content takes in a table or a tail line; `--json` has it whole.
 CONTENT_PREVIEW: Final = 40
 _ELLIPSIS: Final = "…"
@@ -183,17 +189,23 @@ def json_line(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_UTC_Z).decode()
 
 
-def event_details(event: Event) -> Iterator[str]:
+def event_details(event: Event, texts: ChangeTexts | None = None) -> Iterator[str]:
     """What else an event says, beyond its time, type, memory, revision and tool call: the
-    last column of `ltm audit tail`, and the console's audit page."""
+    last column of `ltm audit tail`, and the console's audit page. A `memory.*` event's texts
+    are its revision's (`texts`; None when that revision was not found)."""
     if isinstance(event, MemoryChanged):
         yield event.scope
         yield f"guild={event.guild_id or 'dm'}"
         if event.owner_id:
             yield f"owner={event.owner_id}"
         yield f"actor={shown_text(event.actor_id)}"
-        yield f"before: {shown_content(event.content_before)}"
-        yield f"after: {shown_content(event.content_after)}"
+        if texts is None:
+            yield f"(revision {event.revision_id} not found)"
+        elif texts.erased:
+            yield f"before: {ERASED} after: {ERASED}"
+        else:
+            yield f"before: {shown_content(texts.content_before)}"
+            yield f"after: {shown_content(texts.content_after)}"
     elif isinstance(event, ToolCallCompleted):
         yield event.status.value
         if event.data.scope is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -14,6 +14,7 @@ from infra.storage.revisions import REVISION_INSERT_WITH_ID_AND_REASON, REVISION
 from worker.core.restore import Remove, Unchanged, plan_restore
 
 __all__ = [
+    "ChangeTexts",
     "RestoredMemory",
     "Revision",
     "RevisionStore",
@@ -42,6 +43,20 @@ class Revision:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeTexts:
+    """A change's texts, from its revision row: the audit stream carries only the revision's id.
+
+    `erased`: the revision was redacted (its contents set to null by an erasure), and both
+    texts are None. A revision that was not redacted always has a `content_before` ("" for a
+    creation), so a null one is a redaction, with or without the `redacted_at` column.
+    """
+
+    content_before: str | None
+    content_after: str | None
+    erased: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RestoredMemory:
     """A restore's new revision, with the keys its events need."""
 
@@ -62,6 +77,10 @@ _HISTORY: Final = text(
     "SELECT * FROM memory_revisions WHERE memory_id = :memory_id ORDER BY revision_id"
 )
 _REVISION: Final = text("SELECT * FROM memory_revisions WHERE revision_id = :revision_id")
+_TEXTS: Final = text(
+    "SELECT revision_id, content_before, content_after FROM memory_revisions"
+    " WHERE revision_id = ANY(:revision_ids)"
+)
 
 # Writes the content back under the memory's own id, re-creating a deleted row, with a revision
 # of what it replaced, whose id (taken first) the row keeps; `_CURRENT_CONTENT` locked that
@@ -206,6 +225,22 @@ class RevisionStore:
         async with self.engine.connect() as connection:
             result = await connection.execute(_HISTORY, {"memory_id": memory_id})
             return [revision_of(row) for row in result]
+
+    async def texts(self, revision_ids: Collection[int]) -> dict[int, ChangeTexts]:
+        """The texts of these revisions, by revision id, in one query; a revision that does
+        not exist (the stream of another database, say) is absent."""
+        if not revision_ids:
+            return {}
+        async with self.engine.connect() as connection:
+            result = await connection.execute(_TEXTS, {"revision_ids": sorted(set(revision_ids))})
+            return {
+                row.revision_id: ChangeTexts(
+                    content_before=row.content_before,
+                    content_after=None if row.content_before is None else row.content_after,
+                    erased=row.content_before is None,
+                )
+                for row in result
+            }
 
     @asynccontextmanager
     async def restoring(

@@ -42,8 +42,6 @@ def restore_events(restored: RestoredMemory) -> list[OutgoingEvent]:
         actor_id=revision.actor_disc_id,
         persona_id=None,
         persona_lineage_id=revision.persona_lineage_id,
-        content_before=revision.content_before,
-        content_after=revision.content_after,
     )
     return change_events(audit, server_disc_id=restored.server_disc_id)
 

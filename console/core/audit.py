@@ -18,6 +18,7 @@ from contracts import (
     ToolCallRequested,
 )
 from operators.display import event_details, shown_text, shown_time
+from operators.revision_store import ChangeTexts
 
 __all__ = ["ACTIONS", "AuditFilter", "BadFilter", "event_row", "unreadable_row"]
 
@@ -119,8 +120,9 @@ def _memory(event: Event) -> int | None:
     return None
 
 
-def event_row(event: Event, offset: int) -> dict[str, Any]:
-    """One row of the audit page, as the page's script takes it (JSON)."""
+def event_row(event: Event, offset: int, texts: ChangeTexts | None = None) -> dict[str, Any]:
+    """One row of the audit page, as the page's script takes it (JSON); a `memory.*` event's
+    texts are its revision's (`texts`), `[erased]` once redacted."""
     memory_id = _memory(event)
     revision_id = event.revision_id if isinstance(event, MemoryChanged) else None
     return {
@@ -130,7 +132,7 @@ def event_row(event: Event, offset: int) -> dict[str, Any]:
         "memory": memory_id,
         "revision": revision_id,
         "tool_call": event.correlation_id,
-        "details": " ".join(event_details(event)),
+        "details": " ".join(event_details(event, texts)),
     }
 
 

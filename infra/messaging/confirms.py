@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 
 __all__ = ["ConfirmingChannel"]
 
@@ -142,7 +142,7 @@ class ConfirmingChannel:
             channel, raw = await self._open_channel()
         except (aiormq.exceptions.AMQPError, OSError, RuntimeError) as error:
             # The connection is going away: whoever holds it starts over when it does.
-            log.warning("amqp.confirming_channel_not_renewed", error=repr(error))
+            log.warning("amqp.confirming_channel_not_renewed", error=error_summary(error))
             return
         if self._closed:
             with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, RuntimeError):

@@ -11,6 +11,7 @@ shared part passively and declares only its own queues (`ensure_topology`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 import aio_pika
 import aiormq
@@ -27,6 +28,7 @@ from contracts import (
 from infra.observability.logs import get_logger
 
 __all__ = [
+    "SUPERSEDED_AUDIT_BINDING_KEYS",
     "ReplicasMismatch",
     "TopologyMissing",
     "declare",
@@ -88,11 +90,21 @@ async def declare(channel: AbstractChannel, declarations: Declarations) -> list[
     return list(queues.values())
 
 
+# What the audit stream was bound with before it held only changes, operators' acts and data
+# requests: a deployment declared before that still has it, and would keep every result and
+# embed (with their texts) on the stream. Unbinding a binding that is not there changes nothing.
+SUPERSEDED_AUDIT_BINDING_KEYS: Final = ("#",)
+
+
 async def declare_topology(
     channel: AbstractChannel, topology: Topology, shards: Iterable[int] = ()
 ) -> None:
-    """Everything the worker and the operators' tools need, plus the given shards' queues."""
-    await declare(channel, topology_declarations(topology, TOOL_NAMES, shards))
+    """Everything the worker and the operators' tools need, plus the given shards' queues;
+    the audit stream's superseded binding removed."""
+    queues = await declare(channel, topology_declarations(topology, TOOL_NAMES, shards))
+    stream = next(queue for queue in queues if queue.name == topology.audit_stream)
+    for key in SUPERSEDED_AUDIT_BINDING_KEYS:
+        await stream.unbind(topology.events_exchange, routing_key=key)
 
 
 async def ensure_topology(connection: AbstractConnection, topology: Topology) -> None:

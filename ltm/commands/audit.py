@@ -4,6 +4,13 @@ memory's revisions, printed.
 `ltm audit tail` without `--follow` ends once it has printed what the stream held when it
 began (`operators.audit_reading` says how it knows). A lost broker connection ends the tail,
 with or without `--follow`, with exit code 1.
+
+The stream holds no memory text: each `memory.*` event's texts are read from its revision row
+(`revision_id`), one query per batch of events, and shown as `[erased]` once an erasure
+redacted them. `--json` prints each event as it is on the stream, plus, on a `memory.*` line,
+`content_before`, `content_after` (from the revision; null after a redaction) and `erased`.
+A `memory.*` event of schema_version 1, from before that upgrade, is shown the same way: the
+texts it still carries are never printed.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import contextlib
 import dataclasses
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TextIO
@@ -38,16 +45,18 @@ from operators.display import (
 )
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from operators.audit_stream import AuditDelivery, StreamStart
-    from operators.revision_store import Revision
+    from operators.revision_store import ChangeTexts, Revision
 
 __all__ = [
     "HISTORY_HEADER",
     "TAIL_HEADER",
     "add",
-    "compact_json_line",
     "event_line",
     "history_rows",
+    "json_line_with_texts",
     "print_history",
     "tail_audit",
     "unreadable_line",
@@ -75,7 +84,11 @@ def add(commands: Any) -> None:
         "default: first)",
     )
     tail.add_argument("--follow", action="store_true", help="keep printing new events until Ctrl-C")
-    json_flag(tail, "print each event's JSON body, one a line (JSON lines)")
+    json_flag(
+        tail,
+        "print each event's JSON body, one a line (JSON lines); a memory.* line gets its "
+        "revision's content_before, content_after and erased",
+    )
     tail.set_defaults(run=_run_tail)
     history = add_command(
         actions,
@@ -126,9 +139,9 @@ _TAIL_COLUMNS: Final = (
 TAIL_HEADER: Final = _columns(*(name for name, _ in _TAIL_COLUMNS))
 
 
-def event_line(event: Event) -> str:
+def event_line(event: Event, texts: ChangeTexts | None = None) -> str:
     """One line under `TAIL_HEADER`: time, event type, memory, revision, tool call, then what
-    else the event says."""
+    else the event says (a `memory.*` event's texts are its revision's, `texts`)."""
     memory_id: int | None = None
     revision_id: int | None = None
     if isinstance(event, MemoryChanged):
@@ -141,7 +154,7 @@ def event_line(event: Event) -> str:
         ABSENT if memory_id is None else str(memory_id),
         ABSENT if revision_id is None else str(revision_id),
         shown_text(event.correlation_id),
-        " ".join(event_details(event)),
+        " ".join(event_details(event, texts)),
     )
 
 
@@ -157,12 +170,27 @@ def unreadable_line(delivery: AuditDelivery) -> str:
     )
 
 
-def compact_json_line(body: bytes) -> str | None:
+_TEXT_FIELDS: Final = ("content_before", "content_after")
+
+
+def json_line_with_texts(delivery: AuditDelivery, texts: Mapping[int, ChangeTexts]) -> str | None:
+    """The delivery's body on one line; on a `memory.*` line, the texts of its revision added
+    (null when the revision was redacted or not found) with `erased`. Texts a body of
+    schema_version 1 still carries are replaced, never printed. None for a body not JSON."""
     try:
-        # Re-encoded compactly: one event, one line, whatever the producer's formatting.
-        return orjson.dumps(orjson.loads(body)).decode()
+        body = orjson.loads(delivery.message.body)
     except orjson.JSONDecodeError:
         return None
+    if isinstance(body, dict) and str(body.get("event_type", "")).startswith("memory."):
+        for name in _TEXT_FIELDS:
+            body.pop(name, None)
+        event = delivery.event
+        found = texts.get(event.revision_id) if isinstance(event, MemoryChanged) else None
+        body["content_before"] = None if found is None else found.content_before
+        body["content_after"] = None if found is None else found.content_after
+        body["erased"] = found is not None and found.erased
+    # Re-encoded compactly: one event, one line, whatever the producer's formatting.
+    return orjson.dumps(body).decode()
 
 
 async def tail_audit(
@@ -188,20 +216,33 @@ async def tail_audit(
     # A caller's own event (tests, an embedding process) replaces the signal handlers.
     on_signals = stop is None
     stop = stop or asyncio.Event()
-    printer = _TailPrinter(start, as_json, out, err)
+    from sqlalchemy.exc import DBAPIError
+
+    from operators.engines import one_shot_engine
+
     stream = settings.topology.audit_stream
     try:
-        with _stop_on_signals(stop, enabled=on_signals):
-            broken = await read_audit(
-                settings,
-                start,
-                printer.print,
-                follow=follow,
-                stop=stop,
-                idle_s=IDLE_S if idle_s is None else idle_s,
-            )
+        async with one_shot_engine(settings) as engine:
+            printer = _TailPrinter(start, as_json, out, err, engine)
+            with _stop_on_signals(stop, enabled=on_signals):
+                broken = await read_audit(
+                    settings,
+                    start,
+                    printer.print,
+                    follow=follow,
+                    stop=stop,
+                    idle_s=IDLE_S if idle_s is None else idle_s,
+                )
     except ChannelNotFoundEntity:
         print(f"{stream} does not exist: run `ltm topology` first", file=err)
+        return ExitCode.FAILED
+    except DBAPIError as error:
+        # The texts are the database's: without it the tail cannot show a change.
+        print(
+            f"the database is unreachable, the changes' texts cannot be read: "
+            f"{type(error).__name__}",
+            file=err,
+        )
         return ExitCode.FAILED
     if broken:
         print("the broker connection was lost; the tail ended early", file=err)
@@ -217,11 +258,22 @@ class _TailPrinter:
     as_json: bool
     out: TextIO
     err: TextIO
+    engine: AsyncEngine
     printed: int = 0
 
-    def print(self, delivery: AuditDelivery) -> None:
+    async def print(self, batch: Sequence[AuditDelivery]) -> None:
+        from operators.revision_store import RevisionStore
+
+        texts = await RevisionStore(self.engine).texts(
+            [d.event.revision_id for d in batch if isinstance(d.event, MemoryChanged)]
+        )
+        for delivery in batch:
+            self._print_one(delivery, texts)
+
+    def _print_one(self, delivery: AuditDelivery, texts: Mapping[int, ChangeTexts]) -> None:
+        event = delivery.event
         if self.as_json:
-            line = compact_json_line(delivery.message.body)
+            line = json_line_with_texts(delivery, texts)
             if line is None:
                 from operators.audit_stream import stream_offset
 
@@ -231,9 +283,11 @@ class _TailPrinter:
         else:
             if not self.printed:
                 print(TAIL_HEADER, file=self.out)
-            line = (
-                unreadable_line(delivery) if delivery.event is None else event_line(delivery.event)
-            )
+            if event is None:
+                line = unreadable_line(delivery)
+            else:
+                found = texts.get(event.revision_id) if isinstance(event, MemoryChanged) else None
+                line = event_line(event, found)
         print(line, file=self.out, flush=True)
         self.printed += 1
 

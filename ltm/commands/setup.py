@@ -1,6 +1,12 @@
 """`ltm migrate`, `ltm topology` and `ltm broker-definitions`: the commands that set up the
 database and the broker before any process runs.
 
+`ltm topology --recreate-audit-stream [--yes]` deletes the audit stream, every event it holds
+with it, and declares it again: once, after upgrading a deployment whose stream still holds
+`memory.*` events of schema_version 1 (with the memories' texts, which an erasure could not
+reach there). It asks first, on a terminal; without one it needs `--yes`. Exit codes: 0 done,
+1 the answer was not yes (nothing deleted), 2 no terminal to ask on and no `--yes`.
+
 `ltm broker-definitions [--vhost V]` prints the RabbitMQ definitions document of this
 deployment: the virtual host, the worker's, the bots' and the operators' users with their
 password hashes and permissions, and the whole topology (`infra.messaging.accounts`), as JSON
@@ -24,7 +30,7 @@ from infra.settings import Settings
 from ltm.commands.common import add_command, run_async
 from operators.display import ExitCode
 
-__all__ = ["add", "default_vhost", "print_definitions"]
+__all__ = ["add", "confirm_recreating_audit_stream", "default_vhost", "print_definitions"]
 
 
 def add(commands: Any) -> None:
@@ -43,6 +49,16 @@ def add(commands: Any) -> None:
         "topology",
         "declare the exchanges and queues",
         "Shard queues 0 to LTM_SHARD_COUNT-1 are declared too; declaring again changes nothing.",
+    )
+    topology.add_argument(
+        "--recreate-audit-stream",
+        action="store_true",
+        help="delete the audit stream and every event it holds, then declare it again: once, "
+        "after upgrading a deployment whose stream holds memory events of schema_version 1 "
+        "(with texts); asks first",
+    )
+    topology.add_argument(
+        "--yes", action="store_true", help="with --recreate-audit-stream: do not ask"
     )
     topology.set_defaults(run=_run_topology)
     definitions = add_command(
@@ -69,10 +85,46 @@ def _run_migrate(args: argparse.Namespace, settings: Settings) -> int:
     return migrate(settings, roles=bool(args.roles))
 
 
-def _run_topology(_: argparse.Namespace, settings: Settings) -> int:
+def _run_topology(args: argparse.Namespace, settings: Settings) -> int:
     from ltm.composition import declare_topology
 
-    return run_async(declare_topology(settings))
+    recreate = bool(args.recreate_audit_stream)
+    if recreate and not args.yes:
+        code = confirm_recreating_audit_stream(settings)
+        if code != ExitCode.OK:
+            return code
+    return run_async(declare_topology(settings, recreate_audit_stream=recreate))
+
+
+def confirm_recreating_audit_stream(
+    settings: Settings,
+    *,
+    stdin: TextIO | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Asks on a terminal before the audit stream is deleted: `ExitCode.OK` to go on; USAGE
+    without a terminal (a script must say `--yes`); FAILED for any answer but yes."""
+    reader, out, err = stdin or sys.stdin, out or sys.stdout, err or sys.stderr
+    stream = settings.topology.audit_stream
+    if not reader.isatty():
+        print(
+            f"ltm topology --recreate-audit-stream deletes {stream} and every event it holds: "
+            "pass --yes to do it without a terminal to ask on",
+            file=err,
+        )
+        return ExitCode.USAGE
+    print(
+        f"delete {stream} and every event it holds (30 days of audit trail), "
+        "then declare it again? [y/N] ",
+        end="",
+        file=out,
+        flush=True,
+    )
+    if reader.readline().strip().lower() in ("y", "yes"):
+        return ExitCode.OK
+    print("nothing deleted (answer y, or pass --yes)", file=err)
+    return ExitCode.FAILED
 
 
 def default_vhost(amqp_url: str) -> str:

@@ -91,10 +91,14 @@ async def test_a_creation_sends_result_green_embed_invalidation_and_audit(
     }
     assert embed.kind == "memory_created" and embed.embed.color == 3066993
     assert "Bob runs the book club" in embed.embed.description
-    assert (audit.content_before, audit.content_after) == ("", "{user} runs the book club")
     assert audit.memory_id == memory_id and audit.actor_id == triggerer
     [revision] = await world.revisions(memory_id)
     assert revision["action"] == "created" and revision["revision_id"] == audit.revision_id
+    # The texts are the revision's, which the audit event names.
+    assert (revision["content_before"], revision["content_after"]) == (
+        "",
+        "{user} runs the book club",
+    )
 
 
 @pytest.mark.usefixtures("worker_process")

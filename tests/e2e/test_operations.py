@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import uuid
 from pathlib import Path
 
 from aio_pika.abc import AbstractChannel
 
 from contracts import (
-    CacheInvalidate,
     EmbedRequested,
     MemoryStatus,
     MemoryUpdated,
@@ -19,7 +19,7 @@ from contracts import (
     ToolCallRequested,
     Topology,
     amqp_properties,
-    cache_routing_key,
+    audit_routing_key,
     encode_event,
 )
 from harness.amqp_proxy import AmqpProxy
@@ -32,6 +32,7 @@ from infra.settings import Settings
 from ltm.commands.audit import tail_audit
 from ltm.commands.dlq import list_dead_letters, replay_dead_letters
 from tests.e2e.conftest import new_worker
+from tests.integration.operators.seeding import memory_updated
 
 
 async def _a_memory_and_its_update(world: World) -> tuple[int, ToolCallRequested]:
@@ -152,9 +153,9 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
     assert await tail_audit(settings, "first", as_json=True, out=out, err=io.StringIO()) == 0
     ours = {call.tool_call_id for call in calls}
     printed = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
-    # The stream holds every event of the run; the audit trail is its memory.* events.
-    assert {"tool_call.completed", "embed.requested", "cache.invalidate"} <= {
-        event["event_type"] for event in printed if event.get("tool_call_id") in ours
+    # The stream holds the changes of the run, not their results, embeds or invalidations.
+    assert {event["event_type"] for event in printed if event.get("tool_call_id") in ours} == {
+        "memory.updated"
     }
     tailed = [
         event
@@ -162,7 +163,9 @@ async def test_audit_tail_from_first_shows_every_change_of_a_run_in_order(
         if event.get("tool_call_id") in ours and event["event_type"] == "memory.updated"
     ]
     assert [event["tool_call_id"] for event in tailed] == [call.tool_call_id for call in calls]
+    # The texts come from the revisions, joined by `ltm audit tail --json`.
     assert [event["content_after"] for event in tailed] == ["v1", "v2", "v3", "v4", "v5"]
+    assert not any(event["erased"] for event in tailed)
     revisions = await world.revisions(memory_id)
     assert [event["revision_id"] for event in tailed] == [r["revision_id"] for r in revisions]
 
@@ -190,11 +193,11 @@ async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
         through = settings.model_copy(update={"amqp_url": proxy.url(heartbeat_s=1)})
         out, err = io.StringIO(), io.StringIO()
         tail = asyncio.create_task(tail_audit(through, "last", follow=True, out=out, err=err))
-        event = CacheInvalidate(cache="user", key=snowflake())
+        event = _a_change()
 
         async def tailing() -> bool:  # "last" may start past a first copy: send it again
             await _publish_event(channel, topology, event)
-            return str(event.key) in out.getvalue()
+            return event.tool_call_id in out.getvalue()
 
         await eventually(tailing, timeout=20, interval=0.5, what="the tail printing an event")
         proxy.drop()
@@ -205,17 +208,23 @@ async def test_audit_tail_ends_with_exit_1_when_the_broker_connection_is_lost(
 
 async def _publish_events_forever(channel: AbstractChannel, topology: Topology) -> None:
     while True:
-        await _publish_event(channel, topology, CacheInvalidate(cache="user", key=snowflake()))
+        await _publish_event(channel, topology, _a_change())
         await asyncio.sleep(0.1)
 
 
+def _a_change() -> MemoryUpdated:
+    """An audit event of its own (its revision need not exist: the tail says so)."""
+    return memory_updated(f"tc-{uuid.uuid4()}", 1)
+
+
 async def _publish_event(
-    channel: AbstractChannel, topology: Topology, event: CacheInvalidate
+    channel: AbstractChannel, topology: Topology, event: MemoryUpdated
 ) -> None:
+    # The stream takes the audit events alone: an invalidation would not reach it.
     await publish_raw(
         channel,
         topology.events_exchange,
         encode_event(event),
-        cache_routing_key(event.cache, str(event.key)),
+        audit_routing_key("updated", event.scope),
         **amqp_properties(event),
     )

@@ -18,9 +18,11 @@ from contracts import (
     ToolCallCompleted,
     ToolCallRequested,
     Topology,
+    amqp_properties,
+    audit_routing_key,
     encode_event,
 )
-from harness.broker import own_topology, publish_tool_call, tap_events
+from harness.broker import own_topology, publish_raw, publish_tool_call, tap_events
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.snowflake import snowflake
@@ -28,7 +30,12 @@ from harness.world import World
 from harness.world import tool_call as call_on
 from infra.settings import Settings
 from infra.storage.revisions import REVISION_INSERT
-from tests.integration.operators.seeding import publish_event, tool_call, worker_dead_letter
+from tests.integration.operators.seeding import (
+    memory_updated,
+    publish_event,
+    tool_call,
+    worker_dead_letter,
+)
 from tests.support.commands import run_ltm, run_ltm_into_closed_pipe, run_ltm_into_head
 
 # 128 + SIGPIPE: how a shell reports a command whose reader went away.
@@ -206,3 +213,99 @@ async def test_an_answer_from_the_idempotency_record_is_marked_on_the_wire(
     first, again = tap.deliveries_with(correlation_id=call.tool_call_id)
     assert REPLAYED_HEADER not in first.headers
     assert again.headers[REPLAYED_HEADER] is True
+
+
+async def _stream_bodies(services: TestServices, own: Settings) -> list[dict[str, object]]:
+    tailed = await run_ltm(
+        services, "audit", "tail", "--from", "first", "--json", LTM_AMQP_PREFIX=own.amqp_prefix
+    )
+    assert tailed.code == 0, tailed.stderr
+    return [json.loads(line) for line in tailed.stdout.splitlines()]
+
+
+async def _publish_version_1_memory_event(channel: AbstractChannel, topology: Topology) -> None:
+    """A `memory.updated` as the worker wrote it before the upgrade: version 1, with texts."""
+    event = memory_updated("tc-before-the-upgrade", 1)
+    body = {
+        **json.loads(encode_event(event)),
+        "schema_version": 1,
+        "content_before": "old text before",
+        "content_after": "old text after",
+    }
+    properties = amqp_properties(event)
+    properties["headers"] = {"schema_version": 1}
+    await publish_raw(
+        channel,
+        topology.events_exchange,
+        json.dumps(body).encode(),
+        audit_routing_key("updated", "server_wide"),
+        **properties,
+    )
+
+
+async def test_recreating_the_audit_stream_without_a_terminal_needs_yes(
+    services: TestServices, operated: tuple[Settings, AbstractChannel]
+) -> None:
+    own, channel = operated
+    await _publish_version_1_memory_event(channel, Topology(own.amqp_prefix))
+
+    refused = await run_ltm(
+        services, "topology", "--recreate-audit-stream", LTM_AMQP_PREFIX=own.amqp_prefix
+    )
+
+    assert refused.code == 2
+    assert "pass --yes" in refused.stderr
+    assert [body["tool_call_id"] for body in await _stream_bodies(services, own)] == [
+        "tc-before-the-upgrade"
+    ]
+
+
+async def test_recreating_the_audit_stream_with_yes_empties_it_and_binds_it_anew(
+    services: TestServices, operated: tuple[Settings, AbstractChannel]
+) -> None:
+    own, channel = operated
+    topology = Topology(own.amqp_prefix)
+    await _publish_version_1_memory_event(channel, topology)
+    # A deployment declared before the upgrade: its stream took every event.
+    stream = await channel.declare_queue(topology.audit_stream, passive=True)
+    await stream.bind(topology.events_exchange, routing_key="#")
+
+    done = await run_ltm(
+        services, "topology", "--recreate-audit-stream", "--yes", LTM_AMQP_PREFIX=own.amqp_prefix
+    )
+    await publish_raw(
+        channel,
+        topology.events_exchange,
+        encode_event(_invalidation(1)),
+        "cache.user.42",
+        **amqp_properties(_invalidation(1)),
+    )
+    await publish_event(channel, topology, memory_updated("tc-after-the-upgrade", 2))
+
+    assert done.code == 0, done.stderr
+    bodies = await _stream_bodies(services, own)
+    # The old event is gone, texts and all; an invalidation is no longer the stream's.
+    assert [body["tool_call_id"] for body in bodies] == ["tc-after-the-upgrade"]
+    assert "old text" not in json.dumps(bodies)
+
+
+async def test_declaring_the_topology_again_unbinds_the_streams_former_catch_all(
+    services: TestServices, operated: tuple[Settings, AbstractChannel]
+) -> None:
+    own, channel = operated
+    topology = Topology(own.amqp_prefix)
+    stream = await channel.declare_queue(topology.audit_stream, passive=True)
+    await stream.bind(topology.events_exchange, routing_key="#")
+
+    declared = await run_ltm(services, "topology", LTM_AMQP_PREFIX=own.amqp_prefix)
+    await publish_raw(
+        channel,
+        topology.events_exchange,
+        encode_event(_invalidation(2)),
+        "cache.user.42",
+        **amqp_properties(_invalidation(2)),
+    )
+    await publish_event(channel, topology, memory_updated("tc-a-change", 3))
+
+    assert declared.code == 0, declared.stderr
+    assert [body["tool_call_id"] for body in await _stream_bodies(services, own)] == ["tc-a-change"]

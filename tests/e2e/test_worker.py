@@ -95,8 +95,10 @@ async def test_personal_delete_invalidates_the_owner(
     assert result.status is MemoryStatus.DELETED
     assert result.data.content_deleted == "owns a cat"
     assert invalidation.cache == "user" and invalidation.key == owner_disc
-    assert audit.owner_id == owner_disc and audit.content_after is None
+    assert audit.owner_id == owner_disc
     assert await world.content(memory_id) is None
+    [revision] = await world.revisions_of_call(call.tool_call_id)
+    assert revision["revision_id"] == audit.revision_id and revision["content_after"] is None
 
 
 @pytest.mark.parametrize(

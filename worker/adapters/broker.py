@@ -34,10 +34,10 @@ from pamqp.common import FieldTable
 from contracts import (
     CONTENT_TYPE,
     REPLAYED_HEADER,
-    SCHEMA_VERSION,
     Event,
     Topology,
     encode_event,
+    schema_version_of,
 )
 from contracts.dead_letters import (
     ATTEMPTS_HEADER,
@@ -49,7 +49,7 @@ from infra.cancellation import being_cancelled
 from infra.messaging.confirms import ConfirmingChannel
 from infra.messaging.topology import declare_shard_queue
 from infra.observability import tracing
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 from worker.core.outgoing import OutboxRow
 
 __all__ = [
@@ -296,7 +296,7 @@ class ShardQueues:
                 "worker.shard_queue_declare_failed",
                 queue=queue,
                 shard_id=shard_id,
-                error=repr(error),
+                error=error_summary(error),
             )
             return
         if shard_id >= self._shard_count:
@@ -322,7 +322,7 @@ def event_properties(
 ) -> Basic.Properties:
     """The basic properties of an event (docs/contract.md), time to live included; `replayed`
     marks an answer repeated from the idempotency record."""
-    headers: FieldTable = {"schema_version": SCHEMA_VERSION}
+    headers: FieldTable = {"schema_version": schema_version_of(event_type)}
     if replayed:
         headers[REPLAYED_HEADER] = True
     return Basic.Properties(

@@ -112,7 +112,7 @@ class BatchRunner:
         self._metrics.db_retries.inc()
         log.warning(
             "worker.db_retrying",
-            error=repr(error),
+            error=error,  # summarised by the log processor
             batch=len(calls),
             tool_call_ids=[call.tool_call_id for call in calls],
         )

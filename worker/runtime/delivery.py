@@ -20,7 +20,7 @@ from aiormq.abc import DeliveredMessage
 from contracts import InvalidEnvelope, ToolCallRequested, decode_tool_call, result_routing_key
 from infra.messaging.settlement import Outcome, settle_delivered
 from infra.observability import tracing
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 from infra.settings import Settings
 from worker.adapters.broker import dead_letter_ids
 from worker.batching import CallBatcher, GroupCommit
@@ -119,7 +119,7 @@ class DeliveryHandler:
             )
 
     def _left_for_redelivery(self, error: Exception) -> None:
-        log.warning("worker.call_left_for_redelivery", error=repr(error))
+        log.warning("worker.call_left_for_redelivery", error=error_summary(error))
         self._hooks.left_for_redelivery(error)
 
     async def handle(self, message: DeliveredMessage, delivered_at: float) -> Handled:
@@ -165,11 +165,13 @@ class DeliveryHandler:
         """The pipeline failed for good: the bot gets an error result, the call a dead letter."""
         database_away = is_transient_database_fault(error)
         if database_away:
-            log.error("worker.db_unavailable", error=repr(error))
-            reason, cause = f"database unavailable: {error!r}", "db_error"
+            log.error("worker.db_unavailable", error=error_summary(error))
+            # The summary, not the repr: a database error's repr quotes its statement's
+            # parameters (the call's arguments), and the reason is logged and kept.
+            reason, cause = f"database unavailable: {error_summary(error)}", "db_error"
         else:
             log.exception("worker.pipeline_failed")
-            reason, cause = f"internal error: {error!r}", "internal_error"
+            reason, cause = f"internal error: {error_summary(error)}", "internal_error"
         # A result the database could not hold: sent directly, so the bot is not left waiting.
         failure = tool.unrecorded(database_away=database_away)
         result = result_for(call, failure.status, failure.message, failure.data)
@@ -206,7 +208,7 @@ class DeliveryHandler:
             try:
                 await self._published.submit([row.event_id for row in processed.outbox])
             except Exception as error:
-                log.warning("worker.outbox_mark_failed", error=repr(error))
+                log.warning("worker.outbox_mark_failed", error=error_summary(error))
             self._hooks.after_mark(processed)
         return Handled(Outcome.HANDLED, processed=processed)
 

@@ -10,7 +10,7 @@ from typing import Final
 import structlog
 
 from contracts import shard_of_routing_key
-from infra.observability.logs import get_logger
+from infra.observability.logs import error_summary, get_logger
 from infra.settings import Settings
 from worker.adapters.metrics import WorkerMetrics
 from worker.core.outgoing import OutboxRow
@@ -51,7 +51,7 @@ class OutboxRelay:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                log.warning("worker.outbox_sweep_failed", error=repr(error))
+                log.warning("worker.outbox_sweep_failed", error=error_summary(error))
 
     async def sweep(self, *, min_age_s: float) -> int:
         """Publishes rows a crash or a lost broker left behind; returns how many it handled."""
@@ -80,7 +80,7 @@ class OutboxRelay:
         try:
             await self.sweep(min_age_s=0)
         except Exception as error:
-            log.warning("worker.outbox_flush_failed", error=repr(error))
+            log.warning("worker.outbox_flush_failed", error=error_summary(error))
 
 
 async def _declare_shards_of(rows: Sequence[OutboxRow], shard_queues: ReplyQueues) -> None:

@@ -282,8 +282,6 @@ def _result_and_events(
         actor_id=context.triggerer_id,
         persona_id=state.persona_id,
         persona_lineage_id=memory.persona_lineage_id,
-        content_before="",
-        content_after=memory.content,
     )
     events = change_events(
         audit,

@@ -236,8 +236,6 @@ def _result_and_events(
         actor_id=context.triggerer_id,
         persona_id=state.persona_id,
         persona_lineage_id=written.persona_lineage_id,
-        content_before=written.content_before,
-        content_after=write.content,
     )
     events = change_events(
         audit,

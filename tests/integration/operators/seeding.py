@@ -20,12 +20,14 @@ from contracts import (
 )
 from harness.broker import publish_raw, queue_depth
 from harness.waiting import eventually
+from harness.world import World
 from worker.adapters.broker import ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [
     "broker_dead_letter",
     "memory_updated",
     "publish_event",
+    "revision_row",
     "tool_call",
     "worker_dead_letter",
 ]
@@ -47,10 +49,14 @@ def tool_call(tool_call_id: str) -> ToolCallRequested:
     )
 
 
-def memory_updated(tool_call_id: str, memory_id: int, before: str, after: str) -> MemoryUpdated:
+def memory_updated(
+    tool_call_id: str, memory_id: int, revision_id: int | None = None
+) -> MemoryUpdated:
+    """The audit event of a change; its texts are those of revision `revision_id` (by default
+    one that does not exist)."""
     return MemoryUpdated(
         tool_call_id=tool_call_id,
-        revision_id=memory_id * 10,
+        revision_id=memory_id * 10 if revision_id is None else revision_id,
         scope="server_wide",
         memory_id=memory_id,
         guild_id="1001",
@@ -59,9 +65,24 @@ def memory_updated(tool_call_id: str, memory_id: int, before: str, after: str) -
         actor_id="3003",
         persona_id=1,
         persona_lineage_id=1,
-        content_before=before,
-        content_after=after,
     )
+
+
+async def revision_row(
+    world: World, tool_call_id: str, memory_id: int, before: str, after: str | None
+) -> int:
+    """A revision of a server memory, as the worker writes one: its id."""
+    [row] = await world.execute(
+        "INSERT INTO memory_revisions (scope, memory_id, action, content_before, content_after,"
+        " server_id, persona_lineage_id, actor_disc_id, tool_call_id)"
+        " VALUES ('server_wide', %s, 'updated', %s, %s, NULL, 1, '3003', %s)"
+        " RETURNING revision_id",
+        memory_id,
+        before,
+        after,
+        tool_call_id,
+    )
+    return int(row["revision_id"])
 
 
 async def _publish(

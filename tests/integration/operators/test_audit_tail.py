@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import time
+import uuid
 from datetime import datetime, timedelta
 
 import aio_pika
@@ -20,24 +21,34 @@ from contracts import (
     encode_event,
     utc_now,
 )
+from harness.broker import publish_raw
 from harness.waiting import eventually
+from harness.world import World
 from infra.settings import Settings
 from ltm.commands.audit import tail_audit
 from operators.audit_stream import parse_start
 from operators.display import shown_time
-from tests.integration.operators.seeding import memory_updated, publish_event
+from tests.integration.operators.seeding import memory_updated, publish_event, revision_row
 
 # Generous: a tail that did not stop on its own fails here instead of hanging the run.
 TAIL_DEADLINE_S = 30.0
 
 
+@pytest.fixture
+def world(ops_settings: Settings) -> World:
+    return World(ops_settings.database_url)
+
+
 async def _publish(
-    channel: AbstractChannel, topology: Topology, *names: str
+    channel: AbstractChannel, topology: Topology, world: World, *names: str
 ) -> list[MemoryUpdated]:
-    events = [
-        memory_updated(f"tc-{name}", memory_id, f"{name} before", f"{name} after")
-        for memory_id, name in enumerate(names, start=1)
-    ]
+    """Events of changes whose revisions hold "<name> before" and "<name> after"."""
+    events = []
+    for memory_id, name in enumerate(names, start=1):
+        revision_id = await revision_row(
+            world, f"tc-{name}", memory_id, f"{name} before", f"{name} after"
+        )
+        events.append(memory_updated(f"tc-{name}", memory_id, revision_id))
     for event in events:
         await publish_event(channel, topology, event)
     return events
@@ -68,9 +79,9 @@ async def _clock_passes(moment: datetime) -> None:
 
 
 async def test_tail_from_first_prints_every_event_in_order(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
 ) -> None:
-    events = await _publish(channel, topology, "a", "b", "c")
+    events = await _publish(channel, topology, world, "a", "b", "c")
 
     header, *lines = await _tail(ops_settings, "first")
 
@@ -82,7 +93,8 @@ async def test_tail_from_first_prints_every_event_in_order(
         assert kind == "memory.updated"
         assert (memory, revision) == (str(event.memory_id), str(event.revision_id))
         assert tool_call == event.tool_call_id
-        assert f"before: {event.content_before} after: {event.content_after}" in line
+        name = event.tool_call_id.removeprefix("tc-")
+        assert f"before: {name} before after: {name} after" in line
     # Labelled columns line up: each starts where its header does.
     for column in ("EVENT", "MEMORY", "REVISION", "TOOL CALL", "DETAILS"):
         start = header.index(column)
@@ -90,26 +102,30 @@ async def test_tail_from_first_prints_every_event_in_order(
 
 
 async def test_tail_as_json_prints_each_body_on_one_line(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
 ) -> None:
-    events = await _publish(channel, topology, "a", "b", "c")
+    events = await _publish(channel, topology, world, "a", "b", "c")
 
     lines = await _tail(ops_settings, "first", as_json=True)
 
     bodies = [json.loads(line) for line in lines]
     assert [body["event_id"] for body in bodies] == [str(event.event_id) for event in events]
     assert [MemoryUpdated.model_validate_json(line) for line in lines] == events
+    # The stream's body, plus the texts of its revision.
+    assert [(body["content_before"], body["content_after"], body["erased"]) for body in bodies] == [
+        (f"{name} before", f"{name} after", False) for name in ("a", "b", "c")
+    ]
 
 
 async def test_tail_from_a_time_prints_only_later_events(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
 ) -> None:
-    await _publish(channel, topology, "early1", "early2")
+    await _publish(channel, topology, world, "early1", "early2")
     boundary = utc_now()
     # The broker's timestamp offset is chunk- and second-grained: the early events may come
     # back from the stream, and the tail must drop them itself.
     await _clock_passes(boundary + timedelta(milliseconds=5))
-    later = await _publish(channel, topology, "late1", "late2")
+    later = await _publish(channel, topology, world, "late1", "late2")
 
     lines = await _tail(ops_settings, boundary.isoformat(), as_json=True)
 
@@ -128,7 +144,7 @@ async def _publish_as_one_chunk(
     # Routed to the stream all at once, at the commit.
     async with channel.transaction():
         for n in range(1, count + 1):
-            event = memory_updated(f"tc-chunk-{n}", n, "x", "y")
+            event = memory_updated(f"tc-chunk-{n}", n)
             await exchange.publish(
                 aio_pika.Message(encode_event(event), **amqp_properties(event)),
                 routing_key=audit_routing_key("updated", "server_wide"),
@@ -152,6 +168,7 @@ async def test_tail_follow_from_last_prints_the_newest_event_then_new_ones(
     connection: AbstractConnection,
     channel: AbstractChannel,
     topology: Topology,
+    world: World,
 ) -> None:
     await _publish_as_one_chunk(connection, topology, 10)
     newest = json.loads((await _tail(ops_settings, "first", as_json=True))[-1])
@@ -165,7 +182,7 @@ async def test_tail_follow_from_last_prints_the_newest_event_then_new_ones(
         return lines if len(lines) >= count else None
 
     [first] = await eventually(lambda: printed(1), what="the newest event")
-    (new,) = await _publish(channel, topology, "new")
+    (new,) = await _publish(channel, topology, world, "new")
     _, second = await eventually(lambda: printed(2), what="the new event")
     stop.set()
 
@@ -175,9 +192,9 @@ async def test_tail_follow_from_last_prints_the_newest_event_then_new_ones(
 
 
 async def test_tail_exits_on_its_own_once_caught_up(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
 ) -> None:
-    await _publish(channel, topology, "a")
+    await _publish(channel, topology, world, "a")
     started = time.monotonic()
 
     lines = await _tail(ops_settings, "first", as_json=True)
@@ -195,9 +212,9 @@ async def test_tail_of_an_empty_stream_says_so_and_exits(
 
 
 async def test_tail_from_a_time_after_every_event_says_there_are_none(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
 ) -> None:
-    await _publish(channel, topology, "old")
+    await _publish(channel, topology, world, "old")
     start = utc_now()
     await _clock_passes(start)
 
@@ -211,9 +228,9 @@ async def test_tail_from_a_time_after_every_event_says_there_are_none(
 
 
 async def test_follow_prints_new_events_until_stopped(
-    ops_settings: Settings, channel: AbstractChannel, topology: Topology
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
 ) -> None:
-    (old,) = await _publish(channel, topology, "old")
+    (old,) = await _publish(channel, topology, world, "old")
     out, stop = io.StringIO(), asyncio.Event()
     tail = asyncio.create_task(
         tail_audit(ops_settings, "first", follow=True, as_json=True, out=out, stop=stop)
@@ -223,8 +240,81 @@ async def test_follow_prints_new_events_until_stopped(
         return f'"tool_call_id":"{tool_call_id}"' in out.getvalue()
 
     await eventually(lambda: printed(old.tool_call_id), what="the old event")
-    (new,) = await _publish(channel, topology, "new")
+    (new,) = await _publish(channel, topology, world, "new")
     await eventually(lambda: printed(new.tool_call_id), what="the new event")
     stop.set()
 
     assert await asyncio.wait_for(tail, TAIL_DEADLINE_S) == 0
+
+
+async def test_a_redacted_revision_shows_erased_and_json_has_null_texts(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
+) -> None:
+    # This branch's `memory_revisions` keeps its contents NOT NULL and its trigger refuses
+    # every update: a redaction is made in a schema of the test's own, a copy of the table
+    # without either, which the tail reads through its search_path.
+    schema = f"redacted_{uuid.uuid4().hex[:12]}"
+    await world.execute(f"CREATE SCHEMA {schema}")
+    await world.execute(
+        f"CREATE TABLE {schema}.memory_revisions (LIKE public.memory_revisions INCLUDING DEFAULTS)"
+    )
+    await world.execute(f"ALTER TABLE {schema}.memory_revisions ALTER content_before DROP NOT NULL")
+    scratch = World(_with_search_path(ops_settings.database_url, schema))
+    kept = await revision_row(scratch, "tc-kept", 1, "kept before", "kept after")
+    erased = await revision_row(scratch, "tc-erased", 2, "gone before", "gone after")
+    await scratch.execute(
+        f"UPDATE {schema}.memory_revisions SET content_before = NULL, content_after = NULL"
+        " WHERE revision_id = %s",
+        erased,
+    )
+    for memory_id, revision_id in ((1, kept), (2, erased)):
+        await publish_event(
+            channel, topology, memory_updated(f"tc-{memory_id}", memory_id, revision_id)
+        )
+    reading = ops_settings.model_copy(
+        update={"database_url": _with_search_path(ops_settings.database_url, schema)}
+    )
+
+    _, kept_line, erased_line = await _tail(reading, "first")
+    bodies = [json.loads(line) for line in await _tail(reading, "first", as_json=True)]
+
+    assert "before: kept before after: kept after" in kept_line
+    assert "before: [erased] after: [erased]" in erased_line
+    assert [(b["content_before"], b["content_after"], b["erased"]) for b in bodies] == [
+        ("kept before", "kept after", False),
+        (None, None, True),
+    ]
+
+
+async def test_a_version_1_event_with_texts_is_shown_with_its_revisions_texts_only(
+    ops_settings: Settings, channel: AbstractChannel, topology: Topology, world: World
+) -> None:
+    revision_id = await revision_row(world, "tc-old", 5, "stored before", "stored after")
+    current = memory_updated("tc-old", 5, revision_id)
+    old_body = {
+        **json.loads(encode_event(current)),
+        "schema_version": 1,
+        "content_before": "stream before",
+        "content_after": "stream after",
+    }
+    properties = amqp_properties(current)
+    properties["headers"] = {"schema_version": 1}
+    await publish_raw(
+        channel,
+        topology.events_exchange,
+        json.dumps(old_body).encode(),
+        audit_routing_key("updated", "server_wide"),
+        **properties,
+    )
+
+    _, line = await _tail(ops_settings, "first")
+    [as_json] = await _tail(ops_settings, "first", as_json=True)
+
+    assert "memory.updated" in line and "before: stored before after: stored after" in line
+    assert "stream" not in line and "stream" not in as_json
+    assert json.loads(as_json)["content_before"] == "stored before"
+
+
+def _with_search_path(url: str, schema: str) -> str:
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}options=-csearch_path%3D{schema},public"

@@ -253,10 +253,12 @@ async def test_a_memory_about_a_bridge_user_is_saved_server_wide_with_their_name
         if row["event_type"] == "memory.created"
     ]
     assert isinstance(audit, MemoryCreated)
-    assert (audit.content_before, audit.content_after, audit.owner_id) == (
+    assert audit.owner_id is None
+    [revision] = await pipeline.world.revisions_of_call(call.tool_call_id)
+    assert (revision["revision_id"], revision["content_before"], revision["content_after"]) == (
+        audit.revision_id,
         "",
         "Alice plays chess; Alice won twice",
-        None,
     )
 
 

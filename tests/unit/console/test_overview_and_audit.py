@@ -16,6 +16,7 @@ from contracts import (
     ResultData,
     ToolCallCompleted,
 )
+from operators.revision_store import ChangeTexts
 
 NOW = datetime(2026, 12, 4, 12, 30, 20, tzinfo=UTC)
 MINUTE = NOW.replace(second=0)
@@ -106,8 +107,6 @@ def _updated(memory_id: int, *, guild: str = "111", actor: str = "42") -> Memory
         actor_id=actor,
         persona_id=1,
         persona_lineage_id=2,
-        content_before="a",
-        content_after="b",
     )
 
 
@@ -169,3 +168,13 @@ def test_an_event_row_names_the_memory_revision_and_call() -> None:
         "call-1",
     )
     assert "actor=42" in row["details"]
+
+
+def test_an_event_row_shows_its_revisions_texts_or_erased() -> None:
+    shown = event_row(_updated(5), 1, ChangeTexts("a", "b", erased=False))
+    erased = event_row(_updated(5), 2, ChangeTexts(None, None, erased=True))
+    missing = event_row(_updated(5), 3, None)
+
+    assert "before: a after: b" in shown["details"]
+    assert "before: [erased] after: [erased]" in erased["details"]
+    assert "(revision 3 not found)" in missing["details"]

@@ -12,6 +12,7 @@ import yaml
 
 import contracts
 from contracts import (
+    DATA_REQUEST_ROUTING_KEY,
     EVENT_TYPES,
     Topology,
     audit_routing_key,
@@ -20,7 +21,9 @@ from contracts import (
     dead_letter_queue_arguments,
     embed_routing_key,
     result_routing_key,
+    retract_routing_key,
     shard_queue_arguments,
+    subject_routing_key,
     worker_queue_arguments,
 )
 from contracts.asyncapi import build_document, render_yaml
@@ -56,7 +59,9 @@ def test_every_event_type_is_a_message(document: dict[str, Any]) -> None:
         payload = _resolve(document, message["payload"]["$ref"])
         assert set(payload["properties"]) == set(model.model_fields)
         assert message["bindings"]["amqp"]["messageType"] == event_type
-        assert message["headers"]["properties"]["schema_version"]["const"] == 1
+        version = 2 if event_type.startswith("memory.") else 1
+        assert message["headers"]["properties"]["schema_version"]["const"] == version
+        assert payload["properties"]["schema_version"]["const"] == version
 
 
 def test_every_name_of_the_topology_is_a_channel_or_its_exchange(
@@ -103,13 +108,48 @@ def test_routing_keys_match_the_contract_helpers(document: dict[str, Any]) -> No
     assert channels["memoryChanged"]["address"].format(
         action="created", scope="target_user"
     ) == audit_routing_key("created", "target_user")
+    assert channels["dataRequestRequested"]["address"] == DATA_REQUEST_ROUTING_KEY
+    assert channels["noticeRetract"]["address"].format(shardId=3) == retract_routing_key(3)
+    assert channels["subjectChanged"]["address"].format(
+        action="erased", subjectKind="guild"
+    ) == subject_routing_key("erased", "guild")
+
+
+def test_the_audit_stream_keeps_changes_operators_acts_and_data_requests_only(
+    document: dict[str, Any],
+) -> None:
+    stream = document["channels"]["auditStream"]
+    assert [b["routingKey"] for b in stream["x-amqp-queue-bindings"]] == [
+        "memory.#",
+        "operator.#",
+        "subject.#",
+    ]
+    assert set(stream["messages"]) == {
+        "MemoryCreated",
+        "MemoryUpdated",
+        "MemoryDeleted",
+        "MemoryRestored",
+        "DeadLettersReplayed",
+        "DeadLettersPurged",
+        "SubjectExported",
+        "SubjectErased",
+    }
+    for name in ("MemoryCreated", "MemoryUpdated", "MemoryDeleted", "MemoryRestored"):
+        properties = document["components"]["schemas"][name]["properties"]
+        assert not {"content_before", "content_after"} & set(properties)
+        assert "revision_id" in properties
 
 
 def test_the_worker_queue_is_bound_to_every_tool_name(document: dict[str, Any]) -> None:
     topology = Topology()
     assert document["channels"]["workerQueue"]["x-amqp-queue-bindings"] == [
         {"exchange": topology.tool_calls_exchange, "routingKey": name}
-        for name in ("update_long_term_memory", "create_long_term_memory", "remember_this_fact")
+        for name in (
+            "update_long_term_memory",
+            "create_long_term_memory",
+            "remember_this_fact",
+            "data_request",
+        )
     ]
 
 

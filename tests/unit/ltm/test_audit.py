@@ -9,6 +9,7 @@ import pytest
 from contracts import CacheInvalidate, DeadLettersPurged, DeadLettersReplayed, ReplayedCall
 from ltm.commands.audit import event_line
 from operators.audit_stream import parse_start
+from operators.revision_store import ChangeTexts
 from tests.integration.operators.seeding import memory_updated
 
 
@@ -29,22 +30,32 @@ def test_parse_start(text: str, expected: object) -> None:
 
 
 def test_event_line_of_a_delete_says_deleted() -> None:
-    event = memory_updated("tc-x", 9, "line one\nline two", "ignored")
-    deleted = event.model_copy(update={"content_after": None})
+    event = memory_updated("tc-x", 9)
 
-    line = event_line(deleted)
+    line = event_line(event, ChangeTexts("line one\nline two", None, erased=False))
 
     assert "before: line one\\nline two after: (deleted)" in line
     assert "\n" not in line
 
 
 def test_event_line_shows_text_as_text_and_absent_values_as_a_dash() -> None:
-    event = memory_updated("tc-x", 9, "it's", 'say "hi"')
+    event = memory_updated("tc-x", 9)
     cache = CacheInvalidate(cache="user", key="42")
 
-    assert 'before: it\'s after: say "hi"' in event_line(event)
+    assert 'before: it\'s after: say "hi"' in event_line(
+        event, ChangeTexts("it's", 'say "hi"', erased=False)
+    )
     assert "None" not in event_line(cache)
     assert event_line(cache).split()[2:] == ["-", "-", "-", "cache=user", "key=42"]
+
+
+def test_event_line_of_a_redacted_revision_says_erased_and_of_a_missing_one_not_found() -> None:
+    event = memory_updated("tc-x", 9, revision_id=77)
+
+    assert "before: [erased] after: [erased]" in event_line(
+        event, ChangeTexts(None, None, erased=True)
+    )
+    assert "(revision 77 not found)" in event_line(event, None)
 
 
 def test_event_line_of_an_operator_action_names_the_operator_and_what_was_done() -> None:

@@ -96,7 +96,7 @@ def _run(*argv: str) -> int:
     [
         (("migrate",), ("migrate", (), {"roles": False})),
         (("migrate", "--roles"), ("migrate", (), {"roles": True})),
-        (("topology",), ("declare_topology", (), {})),
+        (("topology",), ("declare_topology", (), {"recreate_audit_stream": False})),
         (("broker-definitions",), ("print_definitions", (None,), {})),
         (("broker-definitions", "--vhost", "prod"), ("print_definitions", ("prod",), {})),
         (("worker",), ("run_worker", (), {})),

@@ -69,8 +69,6 @@ def _change(
         actor_id=TRIGGERER_ID,
         persona_id=7,
         persona_lineage_id=42,
-        content_before="likes coffee",
-        content_after="likes tea",
     )
 
 
