@@ -112,10 +112,15 @@ def _worker_grant(t: Topology) -> Grant:
             ),
             shard_queues,
         ),
-        # Consuming its queue (declaring it with a dead-letter exchange needs this too), and
-        # binding from the three exchanges.
+        # Consuming its queue (declaring it with a dead-letter exchange needs this too),
+        # binding from the three exchanges, and an erasure's pass over the dead letters (it
+        # put every letter there, and saw every call).
         read=_exactly(
-            t.tool_calls_exchange, t.dead_letter_exchange, t.events_exchange, t.worker_queue
+            t.tool_calls_exchange,
+            t.dead_letter_exchange,
+            t.events_exchange,
+            t.worker_queue,
+            t.dead_letter_queue,
         ),
     )
 

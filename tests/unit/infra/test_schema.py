@@ -61,6 +61,7 @@ CONTRACT_COLUMNS = {
         "actor_disc_id",
         "tool_call_id",
         "occurred_at",
+        "redacted_at",
     ],
     "tool_call_inbox": [
         "tool_call_id",
@@ -75,6 +76,7 @@ CONTRACT_COLUMNS = {
         "received_at",
         "requested_at",
         "completed_at",
+        "triggerer_id",
     ],
     "outbox": [
         "outbox_id",
@@ -87,6 +89,35 @@ CONTRACT_COLUMNS = {
         "created_at",
         "published_at",
         "traceparent",
+    ],
+    "data_requests": [
+        "request_id",
+        "kind",
+        "subject_kind",
+        "subject_id",
+        "requested_by_kind",
+        "requested_by_id",
+        "reason",
+        "received_at",
+        "completed_at",
+        "status",
+        "receipt",
+        "strict",
+        "keep_learning",
+        "stated_reason",
+        "removed_letters",
+    ],
+    "posted_notices": [
+        "event_id",
+        "shard_id",
+        "channel_id",
+        "message_id",
+        "memory_id",
+        "scope",
+        "owner_disc_id",
+        "guild_id",
+        "posted_at",
+        "retract_error",
     ],
 }
 
@@ -117,6 +148,8 @@ def test_constraints_have_the_names_postgresql_gave_the_migrations_ones() -> Non
         "memory_revisions_action_check",
         "memory_revisions_memory_idx",
         "memory_revisions_tool_call_idx",
+        "memory_revisions_actor_idx",
+        "memory_revisions_owner_idx",
     }
 
 

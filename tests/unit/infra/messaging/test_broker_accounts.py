@@ -57,7 +57,8 @@ def _matches(pattern: str, name: str) -> bool:
         (Role.BOT, "configure", "ltm.tool_calls.worker", False),
         (Role.WORKER, "read", "ltm.tool_calls.worker", True),
         (Role.WORKER, "read", "ltm.audit", False),
-        (Role.WORKER, "read", "ltm.tool_calls.dead", False),
+        # An erasure filters the dead letters in place.
+        (Role.WORKER, "read", "ltm.tool_calls.dead", True),
         (Role.WORKER, "read", "ltm.gateway.shard.0", False),
         (Role.WORKER, "write", "ltm.tool_calls", False),
         (Role.WORKER, "configure", "ltm.gateway.shard.123", True),
