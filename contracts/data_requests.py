@@ -260,6 +260,10 @@ class SubjectErased(SubjectChanged):
     EVENT_TYPE: ClassVar[str] = "subject.erased"
     event_type: Literal["subject.erased"] = "subject.erased"
 
+    # As the request asked: what `ltm data-requests replay` asks again after a restore.
+    strict: bool = False
+    keep_learning: bool = False
+
 
 class NoticeRetract(Event):
     """Take back a notice a gateway posted about a memory that was erased."""

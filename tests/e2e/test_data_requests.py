@@ -6,6 +6,7 @@ at each step of an erasure (docs/data-rights.md)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ from harness.world import Persona, World, participant, tool_call
 from infra.settings import Settings
 from operators.dead_letters import read_dead_letters
 from tests.e2e.conftest import new_worker
+from tests.support.commands import run_ltm
 
 SHARD = 5
 
@@ -414,3 +416,45 @@ async def test_a_worker_killed_during_an_erasure_finishes_it_once_with_the_same_
     letters = b"\n".join(await dead_letter_bodies(broker))
     assert planted.marks["alice_letter"].encode() not in letters
     assert planted.marks["bob_letter"].encode() in letters
+
+
+async def test_the_operators_commands_export_forget_list_and_refuse_without_a_reason(
+    broker: Broker, world: World, services: TestServices, tmp_path: Path
+) -> None:
+    prefix = {"LTM_AMQP_PREFIX": broker.settings.amqp_prefix}
+    async with tap_events(broker.channel, broker.topology.events_exchange) as tap:
+        with worker(services, tmp_path, broker, "operated") as running:
+            await running.wait_ready_async()
+            planted = await plant(world, broker, tap)
+
+            exported = await run_ltm(services, "user", "export", planted.alice, "--json", **prefix)
+            assert exported.code == 0, exported.stderr
+            document = json.loads(exported.stdout)
+            assert document["schema_version"] == 1
+            assert document["user"]["user_id"] == planted.alice
+
+            missing = await run_ltm(services, "user", "forget", planted.alice, **prefix)
+            assert missing.code == 2 and "--reason" in missing.stderr
+
+            forgot = await run_ltm(
+                services, "user", "forget", planted.alice, "--reason", "asked by mail",
+                "--json", **prefix,
+            )  # fmt: skip
+            assert forgot.code == 0, forgot.stderr
+            answer = json.loads(forgot.stdout)
+            assert answer["status"] == "done"
+            assert answer["requested_by"]["kind"] == "operator"
+            assert answer["requested_by"]["id"].startswith("cli:")
+            assert answer["receipt"]["memories_deleted"] == 1
+
+            server = planted.persona.server.disc_id
+            gone = await run_ltm(services, "server", "forget", server, "--reason", "left", **prefix)
+            assert gone.code == 0, gone.stderr
+            assert "memories deleted" in gone.stdout
+
+            listed = await run_ltm(services, "data-requests", "list", "--json", **prefix)
+    assert listed.code == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [row["kind"] for row in rows[:3]] == ["erase", "erase", "export"]
+    assert rows[1]["stated_reason"] == "asked by mail"
+    assert planted.marks["alice_personal"] not in listed.stdout

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from contracts import (
     CacheInvalidate,
@@ -39,6 +39,7 @@ __all__ = [
     "ErasureCounts",
     "Notice",
     "answer_again",
+    "answer_event",
     "completed",
     "done_events",
     "letter_digest",
@@ -114,17 +115,19 @@ def answer_again(
     return completed(request, receipt=receipt or Receipt(), document=document)
 
 
-def _answer_event(answer: DataRequestCompleted, request: DataRequestRequested) -> OutgoingEvent:
-    """Durable, as a result is not: the requester may be away for longer than a reply lasts."""
+def answer_event(
+    request: DataRequestRequested, answer: DataRequestCompleted, reply_ttl_ms: int | None = None
+) -> OutgoingEvent:
+    """The answer, to the request's shard: worth sending as long as a call's result is."""
     assert request.context is not None
-    return OutgoingEvent(answer, result_routing_key(request.context.shard_id))
+    return OutgoingEvent(answer, result_routing_key(request.context.shard_id), reply_ttl_ms)
 
 
 def refused_events(
-    request: DataRequestRequested, answer: DataRequestCompleted
+    request: DataRequestRequested, answer: DataRequestCompleted, reply_ttl_ms: int | None = None
 ) -> list[OutgoingEvent]:
     """A refusal's one event: the answer, when the request has a context."""
-    return [] if request.context is None else [_answer_event(answer, request)]
+    return [] if request.context is None else [answer_event(request, answer, reply_ttl_ms)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,21 +170,26 @@ def done_events(
     invalidated_users: Iterable[str] = (),
     invalidated_servers: Iterable[str] = (),
     notices: Sequence[Notice] = (),
+    reply_ttl_ms: int | None = None,
 ) -> list[OutgoingEvent]:
     """A done request's events: the answer (when it has a context), the `subject.*` audit
     event, then an erasure's cache invalidations and retractions."""
     subject = request.subject
     action: Literal["exported", "erased"] = "exported" if request.kind == "export" else "erased"
-    audit_type = SubjectExported if request.kind == "export" else SubjectErased
-    audit = audit_type(
-        request_id=request.request_id,
-        kind=request.kind,
-        subject_kind=subject.kind,
-        subject_id=subject.id,
-        requested_by=request.requested_by,
-        receipt=answer.receipt,
+    fields: dict[str, Any] = {
+        "request_id": request.request_id,
+        "kind": request.kind,
+        "subject_kind": subject.kind,
+        "subject_id": subject.id,
+        "requested_by": request.requested_by,
+        "receipt": answer.receipt,
+    }
+    audit = (
+        SubjectExported(**fields)
+        if request.kind == "export"
+        else SubjectErased(**fields, strict=request.strict, keep_learning=request.keep_learning)
     )
-    events = refused_events(request, answer)
+    events = refused_events(request, answer, reply_ttl_ms)
     events.append(OutgoingEvent(audit, subject_routing_key(action, subject.kind)))
     caches: tuple[tuple[CacheName, Iterable[str]], ...] = (
         ("user", invalidated_users),

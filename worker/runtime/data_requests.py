@@ -78,6 +78,7 @@ class DataRequests:
         self._store = store
         self._links = links
         self._published = published
+        self._reply_ttl_ms = settings.reply_ttl_s * 1000
 
     async def answer(self, request: DataRequestRequested, *, publisher_user_id: str | None) -> None:
         """Runs the request and publishes its answer and events; raises when the database
@@ -151,11 +152,16 @@ class DataRequests:
             if refused is not None:
                 answer = completed(request, reason=refused)
                 await tx.record(request, reason=answer.reason, receipt=None)
-                return Answered(answer, await tx.queue(refused_events(request, answer)))
+                return Answered(
+                    answer, await tx.queue(refused_events(request, answer, self._reply_ttl_ms))
+                )
             if request.kind == "export":
                 answer = completed(request, document=await tx.export(request))
                 await tx.record(request, reason=None, receipt=None)
-                return Answered(answer, await tx.queue(done_events(request, answer)))
+                return Answered(
+                    answer,
+                    await tx.queue(done_events(request, answer, reply_ttl_ms=self._reply_ttl_ms)),
+                )
             return await self._erase(request, tx)
 
     async def _erase(self, request: DataRequestRequested, tx: DataRightsTransaction) -> Answered:
@@ -172,6 +178,7 @@ class DataRequests:
             invalidated_users=erased.invalidated_users,
             invalidated_servers=erased.invalidated_servers,
             notices=erased.notices,
+            reply_ttl_ms=self._reply_ttl_ms,
         )
         return Answered(answer, await tx.queue(events))
 
@@ -185,7 +192,7 @@ class DataRequests:
                 await publisher.publish_event(
                     answered.answer,
                     result_routing_key(context.shard_id),
-                    None,
+                    self._reply_ttl_ms,
                     replayed=True,
                 )
             return
