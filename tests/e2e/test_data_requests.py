@@ -24,6 +24,7 @@ from contracts import (
     DataRequestCompleted,
     DataRequestRequested,
     MemoryStatus,
+    NoticeRetract,
     SubjectErased,
     ToolCallCompleted,
     ToolCallRequested,
@@ -42,6 +43,7 @@ from tests.e2e.conftest import new_worker
 from tests.support.commands import run_ltm
 
 SHARD = 5
+NOTICE_SHARD = 3
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,14 @@ def request(
     )
 
 
-async def publish_request(broker: Broker, data_request: DataRequestRequested) -> None:
+async def publish_request(
+    broker: Broker, data_request: DataRequestRequested, *, user_id: str | None = None
+) -> None:
     exchange = await broker.channel.get_exchange(broker.topology.tool_calls_exchange, ensure=False)
-    await exchange.publish(
-        aio_pika.Message(encode_event(data_request), **amqp_properties(data_request)),
-        routing_key=DATA_REQUEST_ROUTING_KEY,
+    message = aio_pika.Message(
+        encode_event(data_request), **amqp_properties(data_request), user_id=user_id
     )
+    await exchange.publish(message, routing_key=DATA_REQUEST_ROUTING_KEY)
 
 
 async def answer_of(tap: EventTap, data_request: DataRequestRequested) -> DataRequestCompleted:
@@ -163,9 +167,24 @@ async def plant(world: World, broker: Broker, tap: EventTap) -> Planted:
     ]
     for call in calls:
         await publish_tool_call(broker.channel, broker.topology, call)
+    memory_ids = []
     for call in calls:
         [result] = await tap.wait_for(ToolCallCompleted, tool_call_id=call.tool_call_id)
         assert result.status is MemoryStatus.SAVED
+        memory_ids.append(result.data.memory_id)
+    # The notices a gateway posted about Alice's memory and Bob's.
+    for memory_id, owner in ((memory_ids[0], alice), (memory_ids[2], bob)):
+        await world.execute(
+            "INSERT INTO posted_notices (event_id, shard_id, channel_id, message_id, memory_id,"
+            " scope, owner_disc_id, guild_id) VALUES (%s, %s, '5001', %s, %s, 'target_user',"
+            " %s, %s)",
+            uuid.uuid4(),
+            NOTICE_SHARD,
+            str(memory_id),
+            memory_id,
+            owner,
+            server.disc_id,
+        )
     # Dead letters: a call Alice triggered, one of Bob's, and two bodies no JSON parser takes.
     dead = broker.topology.dead_letter_exchange
     for letter in (
@@ -173,7 +192,8 @@ async def plant(world: World, broker: Broker, tap: EventTap) -> Planted:
         _create(persona, bob, marks["bob_letter"]),
     ):
         await publish_raw(broker.channel, dead, encode_event(letter), CREATE_LONG_TERM_MEMORY,
-                          headers={"x-ltm-error": "planted"})  # fmt: skip
+                          headers={"x-ltm-error": "planted"}, correlation_id=letter.tool_call_id,
+                          type="tool_call.requested")  # fmt: skip
     await publish_raw(broker.channel, dead, f"<{alice} {marks['alice_raw']}".encode(), "x")
     await publish_raw(broker.channel, dead, f"<{bob} {marks['bob_raw']}".encode(), "x")
     return Planted(persona, alice, bob, marks, calls)
@@ -231,9 +251,13 @@ async def test_an_erasure_forgets_every_copy_and_keeps_everyone_elses(
         "records_redacted": 2,
         "outbox_rows_deleted": answer.receipt.outbox_rows_deleted,
         "dead_letters_removed": 2,
-        "notices_to_retract": 0,
+        "notices_to_retract": 1,
     }
     assert audit.receipt == answer.receipt and audit.subject_id == planted.alice
+    [retract] = tap.events(NoticeRetract)
+    [retract_delivery] = [d for d in tap.deliveries if d.event == retract]
+    assert retract_delivery.routing_key == f"retract.shard.{NOTICE_SHARD}"
+    assert retract.channel_id == "5001" and str(retract.memory_id) == retract.message_id
     [repeated] = [
         event
         for event in tap.events(DataRequestCompleted, request_id=erasure.request_id)
@@ -253,9 +277,11 @@ async def test_an_erasure_forgets_every_copy_and_keeps_everyone_elses(
         else:
             assert text in dump, name
     assert "AliceNick" not in dump and "BobNick" in dump
-    # The kept letters stay in the order they came.
-    bodies = await dead_letter_bodies(broker)
-    assert [planted.marks["bob_letter"].encode() in b for b in bodies] == [True, False]
+    # The kept letters stay in the order they came, with their properties and headers.
+    held, _ = await read_dead_letters(broker.settings)
+    assert [planted.marks["bob_letter"].encode() in h.body for h in held] == [True, False]
+    assert held[0].entry.reason == "planted" and held[0].entry.tool_call_id is not None
+    assert held[0].content_type is None
     [row] = await world.execute(
         "SELECT status, receipt, subject_id FROM data_requests WHERE request_id = %s",
         erasure.request_id,
@@ -408,7 +434,7 @@ async def test_a_worker_killed_during_an_erasure_finishes_it_once_with_the_same_
         "records_redacted": 2,
         "outbox_rows_deleted": answer.receipt.outbox_rows_deleted,
         "dead_letters_removed": 2,
-        "notices_to_retract": 0,
+        "notices_to_retract": 1,
     }
     receipts = {e.receipt for e in tap.events(DataRequestCompleted, request_id=erasure.request_id)}
     assert receipts == {answer.receipt}
@@ -458,3 +484,29 @@ async def test_the_operators_commands_export_forget_list_and_refuse_without_a_re
     assert [row["kind"] for row in rows[:3]] == ["erase", "erase", "export"]
     assert rows[1]["stated_reason"] == "asked by mail"
     assert planted.marks["alice_personal"] not in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("operator_user", "status"), [("guest", "done"), ("ltm-operator", "refused")]
+)
+async def test_an_operators_request_is_run_only_from_the_operators_account(
+    broker: Broker,
+    world: World,
+    services: TestServices,
+    tmp_path: Path,
+    operator_user: str,
+    status: str,
+) -> None:
+    _, alice = await world.user(nickname="Trusted")
+    # The test's broker user is `guest`: trusted, and the operators' account or not.
+    env = {"LTM_TRUSTED_PUBLISHERS": "guest", "LTM_BROKER_OPERATOR_USER": operator_user}
+    erasure = request("erase", {"user_id": alice}, "operator", "cli:someone")
+    async with tap_events(broker.channel, broker.topology.events_exchange) as tap:
+        with worker(services, tmp_path, broker, "trusting", **env) as running:
+            await running.wait_ready_async()
+            await publish_request(broker, erasure, user_id="guest")
+            answer = await answer_of(tap, erasure)
+    assert answer.status == status
+    assert answer.reason == (None if status == "done" else "untrusted_publisher")
+    [user] = await world.execute("SELECT user_nickname FROM users WHERE user_disc_id = %s", alice)
+    assert user["user_nickname"] == (None if status == "done" else "Trusted")
