@@ -11,6 +11,7 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -510,3 +511,36 @@ async def test_an_operators_request_is_run_only_from_the_operators_account(
     assert answer.reason == (None if status == "done" else "untrusted_publisher")
     [user] = await world.execute("SELECT user_nickname FROM users WHERE user_disc_id = %s", alice)
     assert user["user_nickname"] == (None if status == "done" else "Trusted")
+
+
+async def test_replay_asks_again_the_erasures_since_a_time_after_a_restore(
+    broker: Broker, world: World, services: TestServices, tmp_path: Path
+) -> None:
+    prefix = {"LTM_AMQP_PREFIX": broker.settings.amqp_prefix}
+    _, alice = await world.user(nickname="Restored")
+    since = datetime.now(UTC) - timedelta(seconds=2)
+    erasure = request("erase", {"user_id": alice}, "user", alice)
+    async with tap_events(broker.channel, broker.topology.events_exchange) as tap:
+        with worker(services, tmp_path, broker, "replayer") as running:
+            await running.wait_ready_async()
+            await publish_request(broker, erasure)
+            await answer_of(tap, erasure)
+            # A backup taken before the erasure restored: its record and the nickname are back.
+            await world.execute(
+                "DELETE FROM data_requests WHERE request_id = %s", erasure.request_id
+            )
+            await world.execute(
+                "UPDATE users SET user_nickname = 'Restored' WHERE user_disc_id = %s", alice
+            )
+
+            replayed = await run_ltm(
+                services, "data-requests", "replay", "--since", since.isoformat(), **prefix
+            )
+    assert replayed.code == 0, replayed.stderr
+    assert "1 erasure(s) since" in replayed.stdout
+    [user] = await world.execute("SELECT user_nickname FROM users WHERE user_disc_id = %s", alice)
+    assert user["user_nickname"] is None
+    [row] = await world.execute(
+        "SELECT status FROM data_requests WHERE request_id = %s", erasure.request_id
+    )
+    assert row["status"] == "done"
