@@ -77,7 +77,7 @@ from typing import Any, Final
 import aio_pika
 import orjson
 
-from bench import db_limit
+from bench import db_limit, erasure
 from bench.amqp import CallPublisher, ResultCounter, declare
 from bench.cluster import ClusterPlan, cluster_rows, measure_cluster
 from bench.machine import describe
@@ -127,6 +127,7 @@ PHASES: Final = (
     "cost_1m_vs_10k",
     "scaling",
     "cluster",
+    "erasure",
     "rss",
 )
 
@@ -736,6 +737,26 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results.update(figures)
                 rss += peaks
 
+        if phases.wanted("erasure"):
+            async with phases.phase("erasure"):
+                subject = await erasure.seed_subject(url)
+                eraser = await start_worker(bench, "worker-erasure")
+                try:
+                    seconds, answer = await erasure.timed_erasure(
+                        connection, services.topology, subject
+                    )
+                finally:
+                    await eraser.terminate()
+                receipt = answer.receipt
+                if receipt is None or receipt.revisions_redacted != erasure.REVISIONS:
+                    raise RuntimeError(f"the erasure did not redact every revision: {receipt}")
+                details["erasure_receipt"] = receipt.model_dump()
+                results[erasure.ERASURE_KEY] = round(seconds, 3)
+                say(
+                    f"  erasure of {erasure.MEMORIES} memories, {erasure.REVISIONS} revisions: "
+                    f"{seconds:.2f} s"
+                )
+
         if phases.wanted("rss"):
             async with phases.phase("rss"):
                 if not rss:
@@ -972,6 +993,12 @@ def render_table(results: dict[str, Any]) -> str:
         ),
         *scaling_rows(results),
         *cluster_rows(results),
+        (
+            f"{erasure.ERASURE_KEY} (one user)",
+            _fmt(results.get(erasure.ERASURE_KEY), " s"),
+            "",
+            "",
+        ),
         ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
         ("tracing_on_rss_mb", _fmt(results.get("tracing_on_rss_mb"), " MB"), "", ""),
         (

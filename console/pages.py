@@ -675,15 +675,16 @@ async def erase_subject(request: web.Request) -> web.StreamResponse:
         session.actor,
         strict=kind == "user" and bool(_field(form, "strict")),
         keep_learning=kind == "user" and bool(_field(form, "keep_learning")),
+        stated_reason=reason,
     )
-    # The operator's reason: in the console's own log, with who asked and for what.
+    # Who asked, for what: the reason travels with the request (`stated_reason`) and stays
+    # out of the log, which an erasure cannot reach.
     log.warning(
         "console.erasure_requested",
         operator=session.name,
         request_id=asked.request_id,
         subject_kind=kind,
         subject_id=subject_id,
-        reason=reason,
     )
     answer = await _ask(request, asked)
     if isinstance(answer, web.Response):

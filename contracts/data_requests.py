@@ -68,6 +68,7 @@ RefusalReason = Literal["not_the_subject", "guild_subject_by_user", "untrusted_p
 
 RequestId = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=200)]
 RequesterId = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=200)]
+StatedReason = Annotated[str, StringConstraints(strict=True, max_length=1000)]
 
 
 def subject_routing_key(action: Literal["exported", "erased"], subject_kind: SubjectKind) -> str:
@@ -207,6 +208,8 @@ class DataRequestRequested(Event):
     strict: bool = False  # an erasure deletes the server memories the user taught too
     keep_learning: bool = False  # an erasure leaves the user's privacy level as it was
     context: RequestContext | None = None
+    # Why an operator asked (`ltm user forget --reason`), kept with the request's row.
+    stated_reason: StatedReason | None = None
 
     @property
     def correlation_id(self) -> str | None:
@@ -256,6 +259,10 @@ class SubjectExported(SubjectChanged):
 class SubjectErased(SubjectChanged):
     EVENT_TYPE: ClassVar[str] = "subject.erased"
     event_type: Literal["subject.erased"] = "subject.erased"
+
+    # As the request asked: what `ltm data-requests replay` asks again after a restore.
+    strict: bool = False
+    keep_learning: bool = False
 
 
 class NoticeRetract(Event):

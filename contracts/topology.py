@@ -113,6 +113,10 @@ class Topology:
         """A one-off caller's private queue for its answer (`ltm call`), among the bots'."""
         return f"{self.prefix}.gateway.call.{instance}"
 
+    def operator_queue(self, instance: str) -> str:
+        """An operator's private queue for the answer of its data request (`ltm user forget`)."""
+        return f"{self.prefix}.operator.{instance}"
+
     @property
     def gateway_queues_prefix(self) -> str:
         """Every queue of the bots' processes begins with this: shards, caches, calls."""

@@ -181,7 +181,11 @@ class Settings(BaseSettings):
     )
     broker_operator_user: str = Field(
         default="ltm-operator",
-        description="the operators' broker user in `ltm broker-definitions`",
+        description=(
+            "the operators' broker user in `ltm broker-definitions`; with "
+            "`LTM_TRUSTED_PUBLISHERS` set, the one account whose data requests of kind "
+            "`operator` the worker runs (others are refused `untrusted_publisher`)"
+        ),
     )
     broker_worker_password: SecretStr | None = Field(
         default=None,

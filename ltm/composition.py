@@ -15,6 +15,7 @@ from infra.observability.logs import get_logger
 from infra.observability.metrics import serve_metrics
 from infra.settings import Settings
 from infra.storage.engine import create_engine
+from worker.adapters.data_rights import DataRightsStore
 from worker.adapters.memory_store import MemoryStore
 from worker.adapters.metrics import WorkerMetrics
 from worker.adapters.outbox import OutboxStore
@@ -22,6 +23,7 @@ from worker.batching import CallBatcher, GroupCommit
 from worker.runtime import Worker
 from worker.runtime.batch_runner import BatchRunner
 from worker.runtime.connection import Links
+from worker.runtime.data_requests import DataRequests
 from worker.runtime.delivery import DeliveryHandler
 from worker.runtime.hooks import FailpointHooks, Hooks, MetricsHooks, TracingHooks
 from worker.runtime.outbox_relay import OutboxRelay
@@ -76,7 +78,15 @@ def build_worker(
         shared_fault=shared_by_the_batch,
     )
     hooks = Hooks(TracingHooks(settings.topology), MetricsHooks(metrics), FailpointHooks())
-    deliveries = DeliveryHandler(settings, links, hooks=hooks, batcher=batcher, published=published)
+    data_requests = DataRequests(settings, DataRightsStore(engine), links, published)
+    deliveries = DeliveryHandler(
+        settings,
+        links,
+        hooks=hooks,
+        batcher=batcher,
+        published=published,
+        data_requests=data_requests,
+    )
     metrics.in_flight.set_function(lambda: len(deliveries.in_flight))
     relay = OutboxRelay(settings, outbox, links, metrics)
     return Worker(

@@ -86,19 +86,20 @@ async def awaiting_answer(
     shard_id: int,
     correlation_id: str,
     read: Callable[[Event, Mapping[str, Any]], Answer | None],
+    queue: str | None = None,
 ) -> AsyncIterator[tuple[AbstractExchange, asyncio.Future[Answer]]]:
     """A connection with a private copy of the shard's results (a gateway consuming the shard
     still gets its own), for the block: the tool-call exchange to publish to, and the future
     of the first answer about `correlation_id` that `read` recognises (from the event and its
-    headers)."""
+    headers). `queue`: the copy's name, among those the caller's broker account may declare
+    (by default a bot's, as `ltm call` runs)."""
     topology = settings.topology
     connection = await amqp.connect(settings)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
         events = await channel.get_exchange(topology.events_exchange, ensure=True)
-        # Named among the bots' queues: their broker account may declare those.
         replies = await channel.declare_queue(
-            topology.call_queue(uuid.uuid4().hex), exclusive=True, auto_delete=True
+            queue or topology.call_queue(uuid.uuid4().hex), exclusive=True, auto_delete=True
         )
         await replies.bind(events, routing_key=result_routing_key(shard_id))
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()

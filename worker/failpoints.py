@@ -13,7 +13,8 @@ from typing import Final, Literal
 
 __all__ = ["Failpoint", "reach"]
 
-Failpoint = Literal["after_commit", "after_publish", "after_mark"]
+# `after_dead_letters`: an erasure's dead letters filtered and recorded, nothing else done yet.
+Failpoint = Literal["after_commit", "after_publish", "after_mark", "after_dead_letters"]
 
 _ACTIVE: Final = frozenset(
     name.strip() for name in os.environ.get("LTM_FAILPOINTS", "").split(",") if name.strip()

@@ -16,6 +16,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 from contracts import (
+    DATA_REQUEST_ROUTING_KEY,
+    DataRequestRequested,
     EmbedRequested,
     InvalidEnvelope,
     MemoryStatus,
@@ -156,9 +158,12 @@ class HarnessBroker:
                 self.collected.embeds[event.tool_call_id][event.event_id] = event
         await message.ack()
 
-    async def publish(self, call: ToolCallRequested) -> None:
+    async def publish(self, call: ToolCallRequested | DataRequestRequested) -> None:
         """Until the broker confirms it; a copy may get through twice, as with any bot."""
         body = encode_event(call)
+        routing_key = (
+            DATA_REQUEST_ROUTING_KEY if isinstance(call, DataRequestRequested) else call.tool_name
+        )
         for _ in range(600):
             await asyncio.wait_for(self._ready.wait(), 60)
             publishing = self._publishing
@@ -170,14 +175,14 @@ class HarnessBroker:
                     self.topology.tool_calls_exchange, ensure=False
                 )
                 await exchange.publish(
-                    aio_pika.Message(body, **amqp_properties(call)), routing_key=call.tool_name
+                    aio_pika.Message(body, **amqp_properties(call)), routing_key=routing_key
                 )
                 return
             except Exception as error:
                 if isinstance(error, aiormq.exceptions.DeliveryError):
                     publishing.refused(channel)  # the next try goes out on a new channel
                 await asyncio.sleep(0.1)
-        raise RuntimeError(f"could not publish {call.tool_call_id}")
+        raise RuntimeError(f"could not publish {call.correlation_id}")
 
     async def depth(self, queue: str) -> int | None:
         """Ready messages in the queue; None while the connection is down."""

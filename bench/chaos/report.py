@@ -42,6 +42,11 @@ class ChaosReport:
     harness_reconnects: int = 0
     log_errors: list[str] = field(default_factory=list)
     log_dir: str = ""
+    # Data requests of users beside the world: exports and erasures done, and what an erasure
+    # left behind (`bench.chaos.data_rights`).
+    exports: int = 0
+    erasures: int = 0
+    erasure_errors: list[str] = field(default_factory=list)
     # The cluster run's kills: what was killed, and the seconds from the kill to the first
     # call answered after it (None: none was).
     node_kills: list[tuple[str, float | None]] = field(default_factory=list)
@@ -76,6 +81,7 @@ class ChaosReport:
             ("status", self.status_errors),
             ("embed", self.embed_errors),
             ("scope", self.scope_errors),
+            ("erasure", self.erasure_errors),
             ("worker log", self.log_errors),
         ):
             found += [f"{kind}: {error}" for error in errors[:20]]
@@ -114,6 +120,8 @@ class ChaosReport:
                 f" / {len(self.status_errors)} / {len(self.embed_errors)}"
                 f" / {len(self.scope_errors)}",
             ),
+            ("data requests done (exports / erasures)", f"{self.exports} / {self.erasures}"),
+            ("erasure errors (a request not done, a text left)", len(self.erasure_errors)),
             ("unexpected worker log lines", len(self.log_errors)),
         ]
         width = max(len(name) for name, _ in rows)

@@ -15,6 +15,12 @@ from pathlib import Path
 
 from bench.chaos.broker import HarnessBroker, delete_run_topology
 from bench.chaos.checks import check_run, unexpected_log_lines
+from bench.chaos.data_rights import (
+    ErasableSubject,
+    check_erasures,
+    publish_data_requests,
+    seed_subjects,
+)
 from bench.chaos.faults import DbFault, FaultPlan, inflict
 from bench.chaos.plan import PlannedCall, Planner, Publish, publishes_of
 from bench.chaos.report import ChaosReport
@@ -90,6 +96,7 @@ class _Run:
     logs: Path
     shards: int
     settle_timeout_s: float
+    subjects: list[ErasableSubject]
 
 
 async def run_chaos(
@@ -110,6 +117,7 @@ async def run_chaos(
     db_retry_s: float = 1.0,
     outage_s: float = 3.0,
     restart_database: Callable[[], None] | None = None,
+    data_requests: bool = True,
 ) -> ChaosReport:
     """One chaos run on `services` (its database and virtual host), under a prefix of its own."""
     started = time.monotonic()
@@ -131,8 +139,18 @@ async def run_chaos(
         services.database_url, rng, calls=calls, shards=shards, duplicates=duplicates
     )
     scenario.count_into(report)
+    # Users beside the world, exported then erased while the faults strike.
+    subjects = await seed_subjects(services.database_url, rng) if data_requests else []
     run = _Run(
-        services, settings, settings.topology, scenario, report, logs, shards, settle_timeout_s
+        services,
+        settings,
+        settings.topology,
+        scenario,
+        report,
+        logs,
+        shards,
+        settle_timeout_s,
+        subjects,
     )
     env = worker_env(prefix, scenario.world, db_retry_s=db_retry_s)
     plan = FaultPlan(kills, broker_closures, stalls, db_fault, outage_s, restart_database)
@@ -182,7 +200,11 @@ async def _run_with_faults(
                         report=run.report,
                     )
                 )
+                requests = asyncio.create_task(
+                    publish_data_requests(harness.publish, run.subjects, rng, span=span)
+                )
                 await publish_paced(harness, run.scenario.publishes, span)
+                await requests
                 await faults
                 await asyncio.gather(*(slot.wait_ready() for slot in slots))
                 await _settle_and_check(run, harness, [gateway], fake, slots)
@@ -218,6 +240,9 @@ async def _settle_and_check(
         planned=planned,
         shards=run.shards,
         timeout=run.settle_timeout_s,
+    )
+    await check_erasures(
+        run.services.database_url, run.subjects, report, timeout=run.settle_timeout_s
     )
     for slot in slots:
         await slot.stop()

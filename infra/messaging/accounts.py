@@ -112,10 +112,15 @@ def _worker_grant(t: Topology) -> Grant:
             ),
             shard_queues,
         ),
-        # Consuming its queue (declaring it with a dead-letter exchange needs this too), and
-        # binding from the three exchanges.
+        # Consuming its queue (declaring it with a dead-letter exchange needs this too),
+        # binding from the three exchanges, and an erasure's pass over the dead letters (it
+        # put every letter there, and saw every call).
         read=_exactly(
-            t.tool_calls_exchange, t.dead_letter_exchange, t.events_exchange, t.worker_queue
+            t.tool_calls_exchange,
+            t.dead_letter_exchange,
+            t.events_exchange,
+            t.worker_queue,
+            t.dead_letter_queue,
         ),
     )
 
@@ -138,14 +143,22 @@ def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ..
             read=r"^(?:(?:result|embed|retract)\.shard\.\d+|cache\.#)$",
         ),
     )
+    # Its own reply queues, for the answer of a data request it published.
+    operator_queues = re.escape(t.operator_queue("")) + ".+"
     operator = Grant(
-        configure=_NOTHING,
-        # Replaying to the work exchange; a restore's audit event and invalidation.
-        write=_exactly(t.tool_calls_exchange, t.events_exchange),
-        read=_exactly(t.dead_letter_queue, t.audit_stream),
+        configure="^" + operator_queues + "$",
+        # Replaying to the work exchange, and data requests; a restore's audit event and
+        # invalidation; binding its reply queues.
+        write=_exactly_or((t.tool_calls_exchange, t.events_exchange), operator_queues),
+        read=_exactly_or((t.dead_letter_queue, t.audit_stream, t.events_exchange), operator_queues),
     )
     operator_topics = (
-        TopicGrant(t.events_exchange, write=r"^(?:memory\.restored|cache)\..+$", read=_NOTHING),
+        TopicGrant(
+            t.events_exchange,
+            write=r"^(?:memory\.restored|cache)\..+$",
+            # The answers of its data requests, on the shard its requests name.
+            read=r"^result\.shard\.\d+$",
+        ),
     )
     return (
         Account(Role.WORKER, users[Role.WORKER], _worker_grant(t)),

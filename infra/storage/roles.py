@@ -26,6 +26,7 @@ ROLES: Final = (WORKER, GATEWAY, OPERATOR)
 # that each new table gets a decision for each role.
 TABLES: Final = (
     "alembic_version",
+    "data_requests",
     "guild_members",
     "memory_revisions",
     "outbox",
@@ -47,17 +48,24 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
     WORKER: {
         # The facts of a call.
         "servers": ("SELECT", "UPDATE (server_id)"),
-        "server_configs": _READ,
         "personas": _READ,
-        "users": ("SELECT", "UPDATE (user_id)"),
-        "guild_members": _READ,
-        "personalization_blacklist": _READ,
-        # Its writes: memories (create, update, delete), their history, its bookkeeping.
+        # The facts of a call, and what an erasure forgets of a user or a server.
+        "server_configs": ("SELECT", "DELETE"),
+        "users": ("SELECT", "UPDATE (user_id, user_nickname, privacy_level)", "DELETE"),
+        "guild_members": ("SELECT", "DELETE"),
+        "personalization_blacklist": ("SELECT", "DELETE"),
+        # Its writes: memories (create, update, delete), their history (appended to, and
+        # redacted by an erasure: the trigger allows nothing else), its bookkeeping.
         "server_memories": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "personal_memories": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-        "memory_revisions": ("SELECT", "INSERT"),
+        "memory_revisions": (
+            "SELECT",
+            "INSERT",
+            "UPDATE (content_before, content_after, redacted_at, actor_disc_id)",
+        ),
         "tool_call_inbox": ("SELECT", "INSERT", "UPDATE"),
         "outbox": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "data_requests": ("SELECT", "INSERT", "UPDATE"),
         # The notices an erasure asks the gateways to retract.
         "posted_notices": _READ,
     },

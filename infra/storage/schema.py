@@ -44,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 __all__ = [
+    "data_requests",
     "guild_members",
     "memory_id_seq",
     "memory_revisions",
@@ -223,7 +224,8 @@ memory_revisions: Final = Table(
     Column("scope", Text, nullable=False),
     Column("memory_id", BigInteger, nullable=False),
     Column("action", Text, nullable=False),
-    Column("content_before", Text, nullable=False),
+    # Null, with the after's, once redacted (an erasure: `redacted_at` says when).
+    Column("content_before", Text, nullable=True),
     Column("content_after", Text, nullable=True),
     Column("server_id", Integer, nullable=True),
     Column("owner_user_id", Integer, nullable=True),
@@ -233,6 +235,7 @@ memory_revisions: Final = Table(
     _timestamp("occurred_at", now=True),
     # An operator's justification of a revert (migration 0010); null for every other revision.
     Column("reason", Text, nullable=True),
+    _timestamp("redacted_at", nullable=True),
     CheckConstraint("scope = ANY (ARRAY['server_wide'::text, 'target_user'::text])", name="scope"),
     CheckConstraint(
         "action = ANY (ARRAY['created'::text, 'updated'::text, 'deleted'::text, 'restored'::text])",
@@ -240,6 +243,12 @@ memory_revisions: Final = Table(
     ),
     Index("memory_revisions_memory_idx", "memory_id", "revision_id"),
     Index("memory_revisions_tool_call_idx", "tool_call_id"),
+    Index("memory_revisions_actor_idx", "actor_disc_id"),
+)
+Index(
+    "memory_revisions_owner_idx",
+    memory_revisions.c.owner_user_id,
+    postgresql_where=memory_revisions.c.owner_user_id.is_not(None),
 )
 
 # The idempotency record: one row per tool call, with the result it was answered.
@@ -258,7 +267,10 @@ tool_call_inbox: Final = Table(
     _timestamp("completed_at", nullable=True),
     Column("fingerprint", Text, nullable=True),
     _timestamp("requested_at", nullable=True),
+    # Who triggered the call (its context's), for an erasure of that user.
+    Column("triggerer_id", Text, nullable=True),
     Index("tool_call_inbox_completed_at_idx", "completed_at"),
+    Index("tool_call_inbox_triggerer_idx", "triggerer_id"),
 )
 
 # Events written with their change, published after commit by the relay.
@@ -284,6 +296,37 @@ Index(
     "outbox_published_at_idx",
     outbox.c.published_at,
     postgresql_where=outbox.c.published_at.is_not(None),
+)
+
+# One row per answered export or erasure: who asked about whom, and what an erasure did (its
+# receipt: counts, never a text). `removed_letters`: the dead letters an erasure took out
+# (a digest of each), so that its rerun after a crash counts each once; `running` until then.
+data_requests: Final = Table(
+    "data_requests",
+    metadata,
+    Column("request_id", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("subject_kind", Text, nullable=False),
+    Column("subject_id", Text, nullable=False),
+    Column("requested_by_kind", Text, nullable=False),
+    Column("requested_by_id", Text, nullable=False),
+    # Why it was refused (null when done), as the answer says.
+    Column("reason", Text, nullable=True),
+    _timestamp("received_at", now=True),
+    _timestamp("completed_at", nullable=True),
+    Column("status", Text, nullable=False),
+    Column("receipt", JSONB, nullable=True),
+    Column("strict", Boolean, nullable=False, server_default=_FALSE),
+    Column("keep_learning", Boolean, nullable=False, server_default=_FALSE),
+    # The operator's own words (`--reason`), kept with the row.
+    Column("stated_reason", Text, nullable=True),
+    Column("removed_letters", ARRAY(Text), nullable=False, server_default=_NO_TAGS),
+    CheckConstraint("kind = ANY (ARRAY['export'::text, 'erase'::text])", name="kind"),
+    CheckConstraint("subject_kind = ANY (ARRAY['user'::text, 'guild'::text])", name="subject_kind"),
+    CheckConstraint(
+        "status = ANY (ARRAY['running'::text, 'done'::text, 'refused'::text])", name="status"
+    ),
+    Index("data_requests_received_at_idx", "received_at"),
 )
 
 # The notices the gateways posted in Discord (one per `embed.requested` they posted), kept so

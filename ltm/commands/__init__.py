@@ -13,7 +13,17 @@ import argparse
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final, Protocol
 
-from ltm.commands import audit, call, console, dlq, gateway, memory, setup, worker
+from ltm.commands import (
+    audit,
+    call,
+    console,
+    data_rights,
+    dlq,
+    gateway,
+    memory,
+    setup,
+    worker,
+)
 from operators.display import ExitCode
 
 __all__ = ["COMMANDS", "CommandGroup", "build_parser"]
@@ -36,6 +46,7 @@ COMMANDS: Final[tuple[CommandGroup, ...]] = (
     dlq,
     audit,
     memory,
+    data_rights,
     console,
 )
 

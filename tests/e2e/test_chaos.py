@@ -77,6 +77,9 @@ async def test_nothing_lost_nothing_twice_under_kills_closures_and_a_database_ou
     assert report.status_errors == [], summary
     assert report.embed_errors == [] and report.embeds_missing == 0, summary
     assert report.problems() == [], summary
+    # The users exported, then erased, while the faults struck: done, and nothing of them left.
+    assert (report.exports, report.erasures) == (3, 3), summary
+    assert report.erasure_errors == [], summary
     # The faults happened, and the calls were of every kind.
     assert report.kills == KILLS, summary
     assert report.broker_closures == CLOSURES, summary

@@ -29,9 +29,13 @@ from worker.core.model import ServerState
 from worker.core.outgoing import OutboxRow, OutgoingEvent, Traceparents, outbox_rows
 from worker.core.records import Claim, StoredResult
 
+# What a call answered from a record an erasure redacted says instead of its message.
+REDACTED_MESSAGE: Final = "This result is no longer available: its details were erased."
+
 __all__ = [
     "CLAIM",
     "FINISH",
+    "REDACTED_MESSAGE",
     "PostgresInbox",
     "answers_params",
     "claim_params",
@@ -47,14 +51,14 @@ CLAIM: Final = psycopg_sql(
         SELECT * FROM json_to_recordset(CAST(:calls AS json)) AS i(
             tool_call_id text, event_id uuid, tool_name text, guild_id text, channel_id text,
             shard_id integer, server_disc_id text, persona_id integer, fingerprint text,
-            requested_at timestamptz
+            requested_at timestamptz, triggerer_id text
         )
     ), claimed AS (
         INSERT INTO tool_call_inbox
             (tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint,
-             requested_at)
+             requested_at, triggerer_id)
         SELECT tool_call_id, event_id, tool_name, guild_id, channel_id, shard_id, fingerprint,
-               requested_at
+               requested_at, triggerer_id
         FROM input ORDER BY tool_call_id
         ON CONFLICT (tool_call_id) DO NOTHING
         RETURNING tool_call_id
@@ -174,7 +178,8 @@ async def stored_results(
         result = row.result
         found[row.tool_call_id] = StoredResult(
             status=MemoryStatus(result["status"]),
-            message=result["message"],
+            # An erasure keeps the status and ids of a result, not its message.
+            message=result.get("message") or REDACTED_MESSAGE,
             data=ResultData.model_validate_json(orjson.dumps(result.get("data") or {})),
             tool_name=row.tool_name,
             guild_id=row.guild_id,
@@ -204,6 +209,7 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
                     "persona_id": call.context.persona_id,
                     "fingerprint": call_fingerprint(call),
                     "requested_at": rfc3339_utc(call.occurred_at),
+                    "triggerer_id": call.context.triggerer_id,
                 }
                 for call in calls
             ]

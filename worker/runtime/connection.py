@@ -35,10 +35,12 @@ _RECONNECT_MAX_S: Final = 5.0
 
 @dataclass
 class Links:
-    """What publishes on the current connection; None between connections."""
+    """What publishes on the current connection; None between connections. `connection`
+    itself: for an erasure's pass over the dead-letter queue, on a channel of its own."""
 
     publisher: Publisher | None = None
     shard_queues: ReplyQueues | None = None
+    connection: AbstractConnection | None = None
 
     def both(self) -> tuple[Publisher, ReplyQueues]:
         assert self.publisher is not None and self.shard_queues is not None
@@ -99,6 +101,7 @@ async def start_consuming(
     lost = asyncio.Event()
     links.publisher = await EventPublisher.open(connection, topology, on_lost=lost.set)
     links.shard_queues = ShardQueues(connection, topology, shard_count=settings.shard_count)
+    links.connection = connection
     channel = await connection.channel()
     for closing in (connection, channel):
         closing.close_callbacks.add(lambda *_: lost.set())

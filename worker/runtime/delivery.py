@@ -17,7 +17,15 @@ from typing import Any, Final, NamedTuple
 import structlog
 from aiormq.abc import DeliveredMessage
 
-from contracts import InvalidEnvelope, ToolCallRequested, decode_tool_call, result_routing_key
+from contracts import (
+    DATA_REQUEST_ROUTING_KEY,
+    DataRequestRequested,
+    InvalidEnvelope,
+    ToolCallRequested,
+    decode_event,
+    decode_tool_call,
+    result_routing_key,
+)
 from infra.messaging.settlement import Outcome, settle_delivered
 from infra.observability import tracing
 from infra.observability.logs import error_summary, get_logger
@@ -27,6 +35,7 @@ from worker.batching import CallBatcher, GroupCommit
 from worker.core.admission import refusal
 from worker.runtime.batch_runner import Submitted
 from worker.runtime.connection import Links
+from worker.runtime.data_requests import DataRequestFailed, DataRequests
 from worker.runtime.hooks import DeliveryHooks
 from worker.runtime.retry import is_transient_database_fault
 from worker.service import Processed
@@ -60,8 +69,11 @@ class DeliveryHandler:
         hooks: DeliveryHooks,
         batcher: CallBatcher[Submitted, Processed],
         published: GroupCommit[uuid.UUID],
+        data_requests: DataRequests | None = None,
     ) -> None:
+        """`data_requests`: None in a worker that takes tool calls only (a test's)."""
         self._settings = settings
+        self._data_requests = data_requests
         self._links = links
         self._hooks = hooks
         self._batcher = batcher
@@ -133,6 +145,9 @@ class DeliveryHandler:
         )
         if refused is not None:
             return await self._dead_letter(message, refused.reason, refused.cause, read_body=False)
+        # One comparison on the tool calls' path: a data request runs on its own.
+        if message.routing_key == DATA_REQUEST_ROUTING_KEY:
+            return await self._data_request(message)
         try:
             call = decode_tool_call(message.body)
         except InvalidEnvelope as error:
@@ -153,6 +168,27 @@ class DeliveryHandler:
         except Exception as error:
             return await self._give_up(message, call, tool, error, delivered_at)
         return await self._deliver(processed, delivered_at)
+
+    async def _data_request(self, message: DeliveredMessage) -> Handled:
+        """A data request, answered by `DataRequests`; dead-lettered when it is no valid one,
+        or when its database work failed for good."""
+        try:
+            request = decode_event(message.body)
+        except InvalidEnvelope as error:
+            return await self._dead_letter(
+                message, f"invalid envelope: {error}", "invalid_envelope"
+            )
+        if not isinstance(request, DataRequestRequested) or self._data_requests is None:
+            reason = f"unsupported event {request.event_type!r} with routing key data_request"
+            return await self._dead_letter(message, reason, "invalid_envelope")
+        structlog.contextvars.bind_contextvars(request_id=request.request_id)
+        try:
+            await self._data_requests.answer(
+                request, publisher_user_id=message.header.properties.user_id
+            )
+        except DataRequestFailed as failed:
+            return await self._dead_letter(message, failed.reason, failed.cause)
+        return Handled(Outcome.HANDLED)
 
     async def _give_up(
         self,

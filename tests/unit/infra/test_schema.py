@@ -64,6 +64,7 @@ CONTRACT_COLUMNS = {
         "tool_call_id",
         "occurred_at",
         "reason",
+        "redacted_at",
     ],
     "tool_call_inbox": [
         "tool_call_id",
@@ -78,6 +79,7 @@ CONTRACT_COLUMNS = {
         "received_at",
         "requested_at",
         "completed_at",
+        "triggerer_id",
     ],
     "outbox": [
         "outbox_id",
@@ -90,6 +92,23 @@ CONTRACT_COLUMNS = {
         "created_at",
         "published_at",
         "traceparent",
+    ],
+    "data_requests": [
+        "request_id",
+        "kind",
+        "subject_kind",
+        "subject_id",
+        "requested_by_kind",
+        "requested_by_id",
+        "reason",
+        "received_at",
+        "completed_at",
+        "status",
+        "receipt",
+        "strict",
+        "keep_learning",
+        "stated_reason",
+        "removed_letters",
     ],
     "posted_notices": [
         "event_id",
@@ -132,6 +151,8 @@ def test_constraints_have_the_names_postgresql_gave_the_migrations_ones() -> Non
         "memory_revisions_action_check",
         "memory_revisions_memory_idx",
         "memory_revisions_tool_call_idx",
+        "memory_revisions_actor_idx",
+        "memory_revisions_owner_idx",
     }
 
 

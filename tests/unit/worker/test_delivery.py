@@ -10,7 +10,14 @@ from typing import Any, cast
 
 from aiormq.abc import DeliveredMessage
 
-from contracts import CREATE_LONG_TERM_MEMORY, Event, ToolCallRequested, Topology, encode_event
+from contracts import (
+    CREATE_LONG_TERM_MEMORY,
+    DATA_REQUEST_ROUTING_KEY,
+    Event,
+    ToolCallRequested,
+    Topology,
+    encode_event,
+)
 from infra.settings import Settings
 from tests.unit.worker.given import context
 from worker.adapters.metrics import WorkerMetrics
@@ -159,3 +166,29 @@ async def test_a_pipeline_fault_answers_the_bot_then_dead_letters_the_call() -> 
     assert reason.startswith("internal error: LookupError")
     assert delivery.channel.frames == [("ack", 3)]
     assert _dead_lettered(metrics, "internal_error") == 1.0
+
+
+async def test_a_data_request_is_told_by_its_routing_key_and_never_reaches_the_batcher() -> None:
+    publisher = FakePublisher()
+    handler, metrics = _handler(Settings(), publisher)
+    # A tool call's body under the data-request key: not the event the key promises.
+    call = ToolCallRequested(
+        tool_call_id="call-unit-2", tool_name=CREATE_LONG_TERM_MEMORY, context=context()
+    )
+    delivery = Delivery(body=encode_event(call), routing_key=DATA_REQUEST_ROUTING_KEY)
+    await handler.on_delivery(cast(DeliveredMessage, delivery))
+    [reason] = publisher.dead_letters
+    assert reason == "unsupported event 'tool_call.requested' with routing key data_request"
+    assert publisher.results == []  # no tool result: the batcher was never asked
+    assert delivery.channel.frames == [("ack", 3)]
+    assert _dead_lettered(metrics, "invalid_envelope") == 1.0
+
+
+async def test_an_unreadable_data_request_is_dead_lettered_as_an_invalid_envelope() -> None:
+    publisher = FakePublisher()
+    handler, _ = _handler(Settings(), publisher)
+    delivery = Delivery(body=b'{"kind": "erase"}', routing_key=DATA_REQUEST_ROUTING_KEY)
+    await handler.on_delivery(cast(DeliveredMessage, delivery))
+    [reason] = publisher.dead_letters
+    assert reason.startswith("invalid envelope: ")
+    assert delivery.channel.frames == [("ack", 3)]

@@ -6,7 +6,7 @@ shard's gateway to delete the message (`notice.retract`); the gateway then delet
 or keeps it with `retract_error` when Discord refused (`forbidden`).
 
 Revision ID: 0009
-Revises: 0010
+Revises: 0008
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0009"
-down_revision = "0010"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -173,9 +173,19 @@ async def test_a_worker_login_is_refused_what_is_not_the_pipelines(
     )
     await _refused(worker, "INSERT INTO guild_members (server_id, user_disc_id, username)"
                    " VALUES (%s, '1', 'x')", server.server_id)  # fmt: skip
-    await _refused(worker, "UPDATE users SET privacy_level = 0")
+    await _refused(worker, "UPDATE users SET user_disc_id = 'x'")
     await _refused(worker, "DELETE FROM memory_revisions")
+    await _refused(worker, "UPDATE memory_revisions SET tool_call_id = 'x'")
     await _refused(worker, "UPDATE personas SET nickname = 'x'")
+    await _refused(worker, "INSERT INTO posted_notices (event_id, shard_id, channel_id,"
+                   " message_id, memory_id, scope) VALUES (gen_random_uuid(), 0, '1', '1', 1,"
+                   " 'target_user')")  # fmt: skip
+    # What an erasure does: the users row forgotten, the history redacted (the trigger
+    # allows nothing else), the directory's rows gone, the notices read.
+    await _allowed(worker, "UPDATE users SET user_nickname = NULL, privacy_level = 2")
+    await _allowed(worker, "DELETE FROM guild_members WHERE server_id = %s", server.server_id)
+    await _allowed(worker, "SELECT * FROM posted_notices")
+    await _allowed(worker, "SELECT * FROM data_requests")
     # What the create tool does to serialize a scope: a row lock on the server.
     await _allowed(
         worker,

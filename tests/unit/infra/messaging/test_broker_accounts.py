@@ -57,7 +57,8 @@ def _matches(pattern: str, name: str) -> bool:
         (Role.BOT, "configure", "ltm.tool_calls.worker", False),
         (Role.WORKER, "read", "ltm.tool_calls.worker", True),
         (Role.WORKER, "read", "ltm.audit", False),
-        (Role.WORKER, "read", "ltm.tool_calls.dead", False),
+        # An erasure filters the dead letters in place.
+        (Role.WORKER, "read", "ltm.tool_calls.dead", True),
         (Role.WORKER, "read", "ltm.gateway.shard.0", False),
         (Role.WORKER, "write", "ltm.tool_calls", False),
         (Role.WORKER, "configure", "ltm.gateway.shard.123", True),
@@ -67,6 +68,11 @@ def _matches(pattern: str, name: str) -> bool:
         (Role.OPERATOR, "read", "ltm.tool_calls.worker", False),
         (Role.OPERATOR, "read", "ltm.gateway.shard.0", False),
         (Role.OPERATOR, "configure", "ltm.tool_calls.dead", False),
+        # The reply queues of its data requests, and nothing else.
+        (Role.OPERATOR, "configure", "ltm.operator.abc123", True),
+        (Role.OPERATOR, "read", "ltm.operator.abc123", True),
+        (Role.OPERATOR, "configure", "ltm.gateway.shard.0", False),
+        (Role.OPERATOR, "configure", "ltm.operator.", False),
         # Another deployment's names under a longer prefix are not ours.
         (Role.WORKER, "read", "ltm2.tool_calls.worker", False),
         (Role.BOT, "configure", "ltmx.gateway.shard.0", False),
@@ -91,6 +97,10 @@ def test_the_permissions_of_each_role(
         (Role.OPERATOR, "write", "cache.user.123", True),
         (Role.OPERATOR, "write", "result.shard.0", False),
         (Role.OPERATOR, "write", "memory.updated.server_wide", False),
+        # The answers of its data requests; never the audit events.
+        (Role.OPERATOR, "read", "result.shard.1000000", True),
+        (Role.OPERATOR, "read", "memory.#", False),
+        (Role.OPERATOR, "read", "#", False),
     ],
 )
 def test_the_routing_keys_of_the_events_exchange(
