@@ -25,7 +25,7 @@ from contracts.data_requests import Subject
 from infra.settings import Settings
 from ltm.commands.common import add_command, json_flag, run_async
 from ltm.commands.memory import discord_id
-from operators.display import ExitCode, json_document, print_fields, print_table
+from operators.display import ExitCode, json_document, print_fields, print_table, shown_time
 
 if TYPE_CHECKING:
     from contracts import DataRequestCompleted, DataRequestRequested
@@ -284,7 +284,7 @@ async def list_and_print(
         ("RECEIVED", "REQUEST", "KIND", "SUBJECT", "BY", "STATUS", "RECEIPT"),
         (
             (
-                row["received_at"].isoformat(timespec="seconds"),
+                shown_time(row["received_at"]),
                 row["request_id"],
                 row["kind"],
                 f"{row['subject_kind']} {row['subject_id']}",
@@ -322,5 +322,5 @@ async def replay_and_print(
     for request in requests:
         code = await ask_and_print(settings, request, timeout=timeout, as_json=False, out=out)
         worst = max(worst, code)
-    print(f"{len(requests)} erasure(s) since {since.isoformat()} asked again", file=out)
+    print(f"{len(requests)} erasure(s) since {shown_time(since)} asked again", file=out)
     return int(worst)
