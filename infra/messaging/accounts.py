@@ -155,7 +155,9 @@ def accounts(topology: Topology, users: Mapping[Role, str]) -> tuple[Account, ..
     operator_topics = (
         TopicGrant(
             t.events_exchange,
-            write=r"^(?:memory\.restored|cache)\..+$",
+            # A restore's or a revert's audit events and invalidations, and the audit records
+            # of what an operator did (`operator.*`: replays, purges, reverts).
+            write=r"^(?:memory\.restored|cache|operator)\..+$",
             # The answers of its data requests, on the shard its requests name.
             read=r"^result\.shard\.\d+$",
         ),

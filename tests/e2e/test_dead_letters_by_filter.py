@@ -105,7 +105,11 @@ async def test_a_filtered_replay_answers_only_its_calls_at_its_rate(
                 } >= replayed_ids
 
             await events.wait_until(answered, timeout=120, what="the 300 answers")
-            [record] = await events.wait_for(DeadLettersReplayed)
+            # At least once, as every event: a copy the outbox sweep sent again has the same id.
+            [record] = {
+                replayed.event_id: replayed
+                for replayed in await events.wait_for(DeadLettersReplayed)
+            }.values()
             # A moment more: a second answer to any call would show up now.
             await asyncio.sleep(1)
 
