@@ -8,12 +8,14 @@ import io
 import json
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from aio_pika.abc import AbstractChannel
 
 from contracts import DeadLettersReplayed, ToolCallCompleted, ToolCallRequested, Topology
-from harness.broker import queue_depth, tap_events
+from harness.broker import own_topology, queue_depth, tap_events
 from harness.services import TestServices
 from harness.snowflake import snowflake
 from harness.waiting import eventually
@@ -51,14 +53,20 @@ async def _dead_letter(
     await asyncio.gather(*(one(call) for call in calls))
 
 
+@pytest.fixture
+async def own(settings: Settings) -> AsyncIterator[tuple[Settings, Topology, AbstractChannel]]:
+    """A topology of the test's own: its dead-letter queue holds only this test's letters."""
+    async with own_topology(settings, "dlqfilter", publisher_confirms=True) as deployment:
+        yield deployment
+
+
 async def test_a_filtered_replay_answers_only_its_calls_at_its_rate(
-    channel: AbstractChannel,
-    topology: Topology,
+    own: tuple[Settings, Topology, AbstractChannel],
     world: World,
     services: TestServices,
-    settings: Settings,
     tmp_path: Path,
 ) -> None:
+    settings, topology, channel = own
     timed_out, invalid = await _updates(world, 300), await _updates(world, 200)
     await _dead_letter(channel, topology, timed_out, TIMED_OUT)
     await _dead_letter(channel, topology, invalid, INVALID)
@@ -74,7 +82,9 @@ async def test_a_filtered_replay_answers_only_its_calls_at_its_rate(
         ("invalid envelope", 200),
     ]
 
-    with new_worker(services, tmp_path, "replaying") as worker:
+    with new_worker(
+        services, tmp_path, "replaying", LTM_AMQP_PREFIX=settings.amqp_prefix
+    ) as worker:
         await worker.wait_ready_async()
         async with tap_events(channel, topology.events_exchange) as events:
             out, err = io.StringIO(), io.StringIO()
