@@ -39,7 +39,7 @@ run: install check-services
 
 # Each test run makes its own database and broker virtual host, and removes them after.
 test: install check-services
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 test-fast: install
 	$(BIN)/pytest -q tests/unit
