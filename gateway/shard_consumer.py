@@ -5,8 +5,8 @@
 - `embed.requested` is sent (Discord, or the terminal): acknowledged once sent or once it can
   never succeed, requeued when Discord stayed unreachable for the sender's retry budget. A
   posted notice is recorded (`posted_notices`) before its event counts as handled: a record
-  that fails requeues it, and the copy posted again (the same nonce: Discord answers with the
-  first message) is recorded then.
+  that fails requeues the event, and its redelivery records the message already posted (kept
+  in this process until recorded) instead of posting it again.
 - `notice.retract` deletes a notice this shard posted, then its record (a 404 counts as
   deleted); a 403 keeps the record, marked `forbidden`. Requeued while Discord or the
   database is away.
@@ -142,6 +142,8 @@ class ShardConsumer(EventConsumer):
         # Sends run as tasks of their own: a channel closing cancels the delivery's handler,
         # not a POST already on its way, and the redelivered copy waits for that POST.
         self._sending: dict[uuid.UUID, asyncio.Task[Delivery]] = {}
+        # Posted, not yet recorded (the database away): a redelivery records, never reposts.
+        self._unrecorded: dict[uuid.UUID, SendResult] = {}
 
     @property
     def shards(self) -> tuple[int, ...]:
@@ -237,9 +239,10 @@ class ShardConsumer(EventConsumer):
 
     async def _send(self, event: EmbedRequested) -> Delivery:
         try:
-            sent = await self._sender.send(event)
+            sent = self._unrecorded.pop(event.event_id, None) or await self._sender.send(event)
             outcome = sent.delivery
             if sent.message_id is not None and not await self._recorded(event, sent):
+                self._unrecorded[event.event_id] = sent
                 outcome = Delivery.RETRY_LATER
         except Exception:
             # Not a failure the sender knows (a bug, most likely): requeuing would repeat it.

@@ -183,3 +183,42 @@ async def test_a_retraction_waits_while_discord_is_away(
     statuses = [request.status for request in fake_discord.deletes(event.channel_id)]
     assert statuses == [500, 500, 500, 204]
     assert _row(settings, event.event_id) is None
+
+
+async def test_a_notice_whose_record_failed_is_recorded_on_redelivery_not_posted_again(
+    start_gateway: GatewayFactory,
+    fake_discord: FakeDiscord,
+    channel: AbstractChannel,
+    topology: Topology,
+    settings: Settings,
+) -> None:
+    shard = fresh_shard()
+    event = _notice(shard)
+    # The first insert of this event's record fails (a sequence's value survives the
+    # rollback), as it would while the database restarts.
+    fails = f"notice_fails_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(settings.database_url, autocommit=True) as connection:
+        connection.execute(f"CREATE SEQUENCE {fails}")
+        connection.execute(
+            f"CREATE FUNCTION {fails}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF NEW.event_id = '{event.event_id}' AND nextval('{fails}') = 1 THEN"
+            " RAISE EXCEPTION 'the database is restarting'; END IF; RETURN NEW; END $$"
+        )
+        connection.execute(
+            f"CREATE TRIGGER {fails} BEFORE INSERT ON posted_notices"
+            f" FOR EACH ROW EXECUTE FUNCTION {fails}()"
+        )
+    try:
+        async with start_gateway(shards=(shard,)) as gateway:
+            await publish_embed(channel, topology, event)
+            await handled(gateway, event)
+            [message] = fake_discord.messages_in(event.channel_id)
+            # Posted once: the redelivery records the message it posted, not a second POST.
+            assert len(fake_discord.posts(event.channel_id)) == 1
+    finally:
+        with psycopg.connect(settings.database_url, autocommit=True) as connection:
+            connection.execute(f"DROP TRIGGER {fails} ON posted_notices")
+            connection.execute(f"DROP FUNCTION {fails}()")
+            connection.execute(f"DROP SEQUENCE {fails}")
+    row = _row(settings, event.event_id)
+    assert row is not None and row["message_id"] == message["id"]
