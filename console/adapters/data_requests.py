@@ -1,8 +1,7 @@
 """What the Data requests page reads: the answered requests (`data_requests`), newest first,
 and the notices a gateway could not retract (`posted_notices` whose `retract_error` is set).
 
-Read as plain SQL, column by column: the page shows the rows whatever else a later migration
-adds, and says so when a table is not there yet (`ltm migrate`)."""
+Read column by column: the page shows the rows whatever else a later migration adds."""
 
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-import psycopg
-import sqlalchemy.exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -72,26 +69,16 @@ class DataRequestRecords:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def requests(self, limit: int = SHOWN) -> list[DataRequestRow] | None:
-        """The newest requests; None without the table."""
-        rows = await self._read(_REQUESTS, limit)
-        if rows is None:
-            return None
-        return [DataRequestRow(**row) for row in rows]
+    async def requests(self, limit: int = SHOWN) -> list[DataRequestRow]:
+        """The newest requests."""
+        return [DataRequestRow(**row) for row in await self._read(_REQUESTS, limit)]
 
-    async def unretracted(self, limit: int = SHOWN) -> list[UnretractedNotice] | None:
-        """The notices Discord refused to delete; None without the table."""
+    async def unretracted(self, limit: int = SHOWN) -> list[UnretractedNotice]:
+        """The notices Discord refused to delete."""
         rows = await self._read(_UNRETRACTED, limit)
-        if rows is None:
-            return None
         return [UnretractedNotice(**{**row, "event_id": str(row["event_id"])}) for row in rows]
 
-    async def _read(self, query: Any, limit: int) -> list[dict[str, Any]] | None:
-        try:
-            async with self._engine.connect() as connection:
-                result = await connection.execute(query, {"limit": limit})
-                return [dict(row) for row in result.mappings()]
-        except sqlalchemy.exc.ProgrammingError as error:
-            if isinstance(error.orig, psycopg.errors.UndefinedTable):
-                return None
-            raise
+    async def _read(self, query: Any, limit: int) -> list[dict[str, Any]]:
+        async with self._engine.connect() as connection:
+            result = await connection.execute(query, {"limit": limit})
+            return [dict(row) for row in result.mappings()]

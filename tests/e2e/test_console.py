@@ -363,22 +363,13 @@ async def test_requests_without_a_session_or_its_csrf_token_change_nothing(
     ).to_be_visible()
 
 
-# The columns of `data_requests` (its migration comes with the worker's handling of requests).
-DATA_REQUESTS_TABLE: Final = """
-CREATE TABLE IF NOT EXISTS data_requests (
-    request_id text PRIMARY KEY, kind text NOT NULL, subject_kind text NOT NULL,
-    subject_id text NOT NULL, requested_by_kind text NOT NULL, requested_by_id text NOT NULL,
-    reason text NULL, received_at timestamptz NOT NULL DEFAULT now(),
-    completed_at timestamptz NULL, status text NOT NULL, receipt jsonb NULL
-)
-"""
-
 Answering = Callable[[DataRequestRequested], DataRequestCompleted]
 
 
 class WorkerStandIn:
-    """Answers the data requests published while it runs, as the worker would, and keeps
-    what it was asked: from a copy of the worker's queue's routing."""
+    """Answers the data requests published while it runs, in the worker's place, and keeps
+    what it was asked: the worker's queue gives up the `data_request` binding meanwhile, so
+    that the answer shown is this one's alone."""
 
     def __init__(self, deployment: Deployment, answer: Answering) -> None:
         self.deployment, self.answer = deployment, answer
@@ -391,6 +382,8 @@ class WorkerStandIn:
         )
         exchange = await channel.get_exchange(topology.tool_calls_exchange, ensure=False)
         await self.queue.bind(exchange, routing_key=DATA_REQUEST_ROUTING_KEY)
+        self.work = await channel.declare_queue(topology.worker_queue, passive=True)
+        await self.work.unbind(exchange, routing_key=DATA_REQUEST_ROUTING_KEY)
         self.tag = await self.queue.consume(self._on_request)
         return self
 
@@ -411,6 +404,10 @@ class WorkerStandIn:
     async def __aexit__(self, *_: object) -> None:
         await self.queue.cancel(self.tag)
         await self.queue.delete(if_unused=False, if_empty=False)
+        exchange = await self.deployment.channel.get_exchange(
+            self.deployment.topology.tool_calls_exchange, ensure=False
+        )
+        await self.work.bind(exchange, routing_key=DATA_REQUEST_ROUTING_KEY)
 
 
 def _done(request: DataRequestRequested, **fields: object) -> DataRequestCompleted:
@@ -432,7 +429,6 @@ def _seed_data_requests(settings: Settings, user_id: str) -> tuple[str, str]:
     older, newer = f"seeded-{uuid.uuid4()}", f"seeded-{uuid.uuid4()}"
     receipt = json.dumps(Receipt(memories_deleted=2, notices_to_retract=1).model_dump())
     with psycopg.connect(settings.database_url) as connection:
-        connection.execute(DATA_REQUESTS_TABLE)
         connection.execute(
             "INSERT INTO data_requests (request_id, kind, subject_kind, subject_id,"
             " requested_by_kind, requested_by_id, received_at, completed_at, status, receipt)"

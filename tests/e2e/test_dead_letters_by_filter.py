@@ -120,8 +120,12 @@ async def test_a_filtered_replay_answers_only_its_calls_at_its_rate(
                 replayed.event_id: replayed
                 for replayed in await events.wait_for(DeadLettersReplayed)
             }.values()
-            # A moment more: a second answer to any call would show up now.
-            await asyncio.sleep(1)
+
+            # Drained: every replayed call acked, so no second answer is still on its way.
+            async def drained() -> bool:
+                return await queue_depth(channel, topology.worker_queue) == 0
+
+            await eventually(drained, what="the worker queue drained")
 
     answers = Counter(answer.tool_call_id for answer in events.events(ToolCallCompleted))
     assert {answers[call_id] for call_id in replayed_ids} == {1}
