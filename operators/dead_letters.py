@@ -549,21 +549,7 @@ def replay_message(message: AbstractIncomingMessage, *, user_id: str | None) -> 
     original = came.get(ORIGINAL_USER_ID_HEADER) or message.user_id
     if original:
         headers[ORIGINAL_USER_ID_HEADER] = original
-    return aio_pika.Message(
-        message.body,
-        headers=headers,
-        content_type=message.content_type,
-        content_encoding=message.content_encoding,
-        delivery_mode=message.delivery_mode or aio_pika.DeliveryMode.PERSISTENT,
-        priority=message.priority,
-        correlation_id=message.correlation_id,
-        reply_to=message.reply_to,
-        message_id=message.message_id,
-        timestamp=message.timestamp,
-        type=message.type,
-        app_id=message.app_id,
-        user_id=user_id,
-    )
+    return amqp.copy_of(message, headers=headers, user_id=user_id, expiration=False)
 
 
 @dataclass(frozen=True, slots=True)

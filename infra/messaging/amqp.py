@@ -16,13 +16,13 @@ asks for one.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractConnection, AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage, AbstractRobustConnection
 from aio_pika.robust_channel import RobustChannel
 from aio_pika.robust_connection import RobustConnection
 from yarl import URL
@@ -38,6 +38,7 @@ __all__ = [
     "FailoverConnection",
     "connect",
     "connect_robust",
+    "copy_of",
     "tls_context",
 ]
 
@@ -217,3 +218,31 @@ async def connect_robust(
     connection = FailoverConnection(BrokerNodes.of(settings), **options)
     await connection.connect(timeout=timeout)
     return connection
+
+
+def copy_of(
+    message: AbstractIncomingMessage,
+    *,
+    headers: Mapping[str, Any],
+    user_id: str | None,
+    expiration: bool = True,
+) -> aio_pika.Message:
+    """A received message to publish again: its body and properties as they came, with these
+    headers and this `user_id` (the broker refuses any user but the connection's own);
+    without `expiration`, none."""
+    return aio_pika.Message(
+        message.body,
+        headers=dict(headers),
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        delivery_mode=message.delivery_mode or aio_pika.DeliveryMode.PERSISTENT,
+        priority=message.priority,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        expiration=message.expiration if expiration else None,
+        message_id=message.message_id,
+        timestamp=message.timestamp,
+        type=message.type,
+        app_id=message.app_id,
+        user_id=user_id,
+    )

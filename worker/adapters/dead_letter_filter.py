@@ -20,6 +20,7 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from contracts import Topology
 from contracts.dead_letters import ORIGINAL_USER_ID_HEADER
+from infra.messaging import amqp
 
 __all__ = ["DELIVERY_PATIENCE_S", "filtered_dead_letters", "kept_copy"]
 
@@ -36,22 +37,7 @@ def kept_copy(message: AbstractIncomingMessage, *, own_user: str | None) -> aio_
     if user_id and user_id != own_user:
         headers.setdefault(ORIGINAL_USER_ID_HEADER, user_id)
         user_id = None
-    return aio_pika.Message(
-        message.body,
-        headers=headers,
-        content_type=message.content_type,
-        content_encoding=message.content_encoding,
-        delivery_mode=message.delivery_mode or aio_pika.DeliveryMode.PERSISTENT,
-        priority=message.priority,
-        correlation_id=message.correlation_id,
-        reply_to=message.reply_to,
-        expiration=message.expiration,
-        message_id=message.message_id,
-        timestamp=message.timestamp,
-        type=message.type,
-        app_id=message.app_id,
-        user_id=user_id,
-    )
+    return amqp.copy_of(message, headers=headers, user_id=user_id)
 
 
 @asynccontextmanager
