@@ -64,7 +64,9 @@ async def scene(settings: Settings) -> AsyncIterator[Scene]:
             yield Scene(configured, topology, ch, client, throttle)
 
 
-@pytest.fixture(scope="session")
+# Per module: another module's test may take the run's database away for a moment, which ends
+# every open connection.
+@pytest.fixture(scope="module")
 async def world(settings: Settings) -> AsyncIterator[World]:
     shared = await World(settings.database_url).open()
     yield shared

@@ -15,15 +15,18 @@ from worker.adapters.memory_store import MemoryStore
 # Enough connections for the widest concurrency test to hold all its transactions at once.
 POOL_SIZE = 8
 
+# Per module, not per session: another module's test may take the run's database away for a
+# moment (an outage of its own), which ends every open connection, a pool's included.
 
-@pytest.fixture(scope="session")
+
+@pytest.fixture(scope="module")
 async def store(settings: Settings) -> AsyncIterator[MemoryStore]:
     memory_store = MemoryStore(create_engine(settings.sqlalchemy_url, pool_size=POOL_SIZE))
     yield memory_store
     await memory_store.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def world(settings: Settings) -> AsyncIterator[World]:
     # One connection kept open: seeding a case takes a dozen statements, and a connection per
     # statement would cost more than the pipeline under test.
@@ -32,6 +35,6 @@ async def world(settings: Settings) -> AsyncIterator[World]:
     await shared.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pipeline(store: MemoryStore, world: World) -> Pipeline:
     return Pipeline(store, world)
