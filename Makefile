@@ -37,9 +37,13 @@ run: install check-services
 	@$(BIN)/ltm topology
 	@$(BIN)/python -m infra.run_local
 
-# Each test run makes its own database and broker virtual host, and removes them after.
+# Each test run makes its own database and broker virtual host, and removes them after; two
+# processes, each such a run, share the modules (tests/support/scheduling.py). TEST_PROCESSES=0
+# runs them all in this one process.
+TEST_PROCESSES ?= 2
+
 test: install check-services
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q --numprocesses=$(TEST_PROCESSES) --dist=loadscope --durations=15
 
 test-fast: install
 	$(BIN)/pytest -q tests/unit

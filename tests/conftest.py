@@ -1,9 +1,13 @@
 """Fixtures of every test: one database and one broker virtual host per test run, and the
-run's own broker nodes and PostgreSQL instances for the tests that ask for them."""
+run's own broker nodes and PostgreSQL instances for the tests that ask for them.
+
+Under pytest-xdist (`make test` runs two processes) each process is a test run of its own;
+`tests/support/scheduling.py` says how the tests are shared between them."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -17,6 +21,7 @@ from tests.support.localnodes import (
     tls_node,
     tls_postgres,
 )
+from tests.support.scheduling import ModuleScheduling, check_node_modules
 
 # Our own broker nodes and PostgreSQL instances, opt-in: only the tests that name them start
 # anything. Defined here once, so that the session's cluster is one for every package's tests.
@@ -28,6 +33,7 @@ __all__ = [
     "tls_node",
     "tls_postgres",
 ]
+LOCALNODES_FIXTURES = frozenset(__all__)
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +59,15 @@ def settings(services: TestServices) -> Settings:
 async def database(settings: Settings) -> AsyncIterator[str]:
     """The migrated database's URL (psycopg form)."""
     yield settings.database_url
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    check_node_modules(items, LOCALNODES_FIXTURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScheduling | None:
+    """`--dist loadscope` (what `make test` asks for) as `ModuleScheduling` shares it."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    return ModuleScheduling(config, log, LOCALNODES_FIXTURES)
