@@ -128,11 +128,14 @@ async def running(
 
 @pytest.fixture(autouse=True)
 def no_listener_fails(running: Running, llm: ScriptedLlm) -> Iterator[None]:
+    """Each test ends with no listener failed and its script spent (and leaves neither)."""
     yield
-    assert not running.errors, "".join(
-        line for error in running.errors for line in traceback.format_exception(error)
+    errors, running.errors[:] = list(running.errors), []
+    unanswered = llm.drop_script()
+    assert not errors, "".join(
+        line for error in errors for line in traceback.format_exception(error)
     )
-    assert llm.unanswered == 0, "the LLM was asked fewer times than scripted"
+    assert unanswered == 0, "the LLM was asked fewer times than scripted"
 
 
 def _user(user_id: str, username: str, *, bot: bool = False) -> dict[str, Any]:
@@ -143,6 +146,27 @@ def _user(user_id: str, username: str, *, bot: bool = False) -> dict[str, Any]:
         "discriminator": "0",
         "avatar": None,
         "bot": bot,
+    }
+
+
+def _message(channel: str, author: dict[str, Any], content: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": snowflake(),
+        "channel_id": channel,
+        "author": author,
+        "content": content,
+        "timestamp": datetime.now(UTC).isoformat(),
+        "edited_timestamp": None,
+        "tts": False,
+        "mention_everyone": False,
+        "mentions": [],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": False,
+        "type": 0,
+        "flags": 0,
+        **fields,
     }
 
 
@@ -163,29 +187,19 @@ async def say(
 ) -> str:
     """A message as Discord's gateway sends it, dispatched to the bot until its listeners are
     done; its id."""
-    message_id = snowflake()
-    payload: dict[str, Any] = {
-        "id": message_id,
-        "channel_id": channel,
-        "author": _user(*author, bot=by_a_bot),
-        "content": content,
-        "timestamp": datetime.now(UTC).isoformat(),
-        "edited_timestamp": None,
-        "tts": False,
-        "mention_everyone": False,
-        "mentions": list(mentions),
-        "mention_roles": [],
-        "attachments": [],
-        "embeds": [],
-        "pinned": False,
-        "type": 0,
-        "flags": 0,
-    }
+    payload = _message(channel, _user(*author, bot=by_a_bot), content, mentions=list(mentions))
     if guild is not None:
         payload |= {"guild_id": guild, "member": _member(nick=None)}
     event = running.bot.event_factory.deserialize_message_create_event(running.shard, payload)
     await running.bot.dispatch(event, return_tasks=True)
-    return message_id
+    return str(payload["id"])
+
+
+async def ask(running: Running, fake: FakeDiscord, demo: Demo, text: str, channel: str) -> None:
+    """Bob writes `text` after a mention of the bot, in the module's server."""
+    mention = f"<@{fake.bot_user['id']}> {text}"
+    bob = (demo.bob, "bob")
+    await say(running, bob, mention, guild=demo.guild, channel=channel, mentions=(fake.bot_user,))
 
 
 def _interaction(
@@ -238,23 +252,7 @@ async def press(
 ) -> str:
     """A button pressed by `user`, until the bot's listeners are done; the interaction's token."""
     channel = snowflake()
-    message: dict[str, Any] = {
-        "id": snowflake(),
-        "channel_id": channel,
-        "author": fake.bot_user,
-        "content": "",
-        "timestamp": datetime.now(UTC).isoformat(),
-        "edited_timestamp": None,
-        "tts": False,
-        "mention_everyone": False,
-        "mentions": [],
-        "mention_roles": [],
-        "attachments": [],
-        "embeds": [],
-        "pinned": False,
-        "type": 0,
-        "flags": 64,
-    }
+    message = _message(channel, fake.bot_user, "Sure?", flags=64)  # the button's, ephemeral
     payload = _interaction(
         fake,
         user,
@@ -282,8 +280,14 @@ async def _notice_posted(fake: FakeDiscord, channel: str) -> dict[str, Any]:
     return await eventually(posted, what=f"a notice in {channel}")
 
 
-def _mention(fake: FakeDiscord) -> dict[str, Any]:
-    return fake.bot_user
+def create(text: str) -> dict[str, Any]:
+    """The LLM's call to save `text` as a server memory."""
+    return calls((CREATE_LONG_TERM_MEMORY, {"memory_content": text, "memory_scope": "server_wide"}))
+
+
+def update(memory_id: int, text: str) -> dict[str, Any]:
+    """The LLM's call to change the memory to `text`."""
+    return calls((UPDATE_LONG_TERM_MEMORY, {"memory_id": memory_id, "memory_content": text}))
 
 
 async def server_memory(world: World, running: Running, demo: Demo, content: str) -> int:
@@ -308,7 +312,7 @@ async def test_the_bot_registers_memory_with_its_three_subcommands(
     assert registered.headers["Authorization"].startswith("Bot ")
 
 
-async def test_a_message_that_does_not_mention_the_bot_is_left_alone(
+async def test_messages_without_a_mention_and_those_of_bots_are_left_alone(
     running: Running, fake_discord: FakeDiscord, llm: ScriptedLlm, demo: Demo
 ) -> None:
     asked, channel = len(llm.requests), snowflake()
@@ -319,7 +323,7 @@ async def test_a_message_that_does_not_mention_the_bot_is_left_alone(
         f"<@{fake_discord.bot_user['id']}> hello",
         guild=demo.guild,
         channel=channel,
-        mentions=(_mention(fake_discord),),
+        mentions=(fake_discord.bot_user,),
         by_a_bot=True,
     )
     assert len(llm.requests) == asked
@@ -349,20 +353,13 @@ async def test_a_fact_taught_in_one_message_is_in_the_context_of_the_next(
 ) -> None:
     fact = "{user} keeps bees on the roof."
     llm.script(
-        calls((CREATE_LONG_TERM_MEMORY, {"memory_content": fact, "memory_scope": "server_wide"})),
+        create(fact),
         says("Noted: you keep bees."),
         says("You keep bees on the roof."),
     )
-    channel, bot = snowflake(), fake_discord.bot_user["id"]
+    channel = snowflake()
     first = len(llm.requests)
-    await say(
-        running,
-        (demo.bob, "bob"),
-        f"<@{bot}> remember that I keep bees on the roof",
-        guild=demo.guild,
-        channel=channel,
-        mentions=(_mention(fake_discord),),
-    )
+    await ask(running, fake_discord, demo, "remember that I keep bees on the roof", channel)
     teaching, answered = llm.requests[first], llm.requests[first + 1]
     assert teaching["tools"] == openai_tools()
     assert teaching["model"] == "scripted-model"
@@ -376,14 +373,7 @@ async def test_a_fact_taught_in_one_message_is_in_the_context_of_the_next(
     notice = await _notice_posted(fake_discord, channel)
     assert "Bob keeps bees on the roof." in notice["description"]
 
-    await say(
-        running,
-        (demo.bob, "bob"),
-        f"<@{bot}> what do I keep?",
-        guild=demo.guild,
-        channel=channel,
-        mentions=(_mention(fake_discord),),
-    )
+    await ask(running, fake_discord, demo, "what do I keep?", channel)
     assert f"ID:{memory_id} {fact}" in llm.system_prompt(first + 2)
     assert _replies(fake_discord, channel)[-1] == "You keep bees on the roof."
     assert await world.content(memory_id) == fact
@@ -408,38 +398,16 @@ async def test_a_change_made_since_the_memory_was_shown_is_refused_and_retried(
             elsewhere,
         )
         assert answer["status"] == "memory_updated_successfully", answer
-        return calls(
-            (
-                UPDATE_LONG_TERM_MEMORY,
-                {
-                    "memory_id": memory_id,
-                    "memory_content": "The garden party is in June, with cake.",
-                },
-            )
-        )
+        return update(memory_id, "The garden party is in June, with cake.")
 
+    # Told what the memory says now, the LLM decides again from that text.
     llm.script(
         changed_meanwhile,
-        calls(
-            (
-                UPDATE_LONG_TERM_MEMORY,
-                {
-                    "memory_id": memory_id,
-                    "memory_content": "The garden party is in July, with cake.",
-                },
-            )
-        ),
-        says("Cake it is."),
+        update(memory_id, "The garden party is in July, with cake."),
+        says("Yum."),
     )
     first, channel = len(llm.requests), snowflake()
-    await say(
-        running,
-        (demo.bob, "bob"),
-        f"<@{fake_discord.bot_user['id']}> the garden party has cake",
-        guild=demo.guild,
-        channel=channel,
-        mentions=(_mention(fake_discord),),
-    )
+    await ask(running, fake_discord, demo, "the garden party has cake", channel)
 
     assert f"ID:{memory_id} The garden party is in June." in llm.system_prompt(first)
     [refused] = tool_answers(llm.requests[first + 1])
@@ -448,7 +416,7 @@ async def test_a_change_made_since_the_memory_was_shown_is_refused_and_retried(
     [_, retried] = tool_answers(llm.requests[first + 2])
     assert retried["status"] == "memory_updated_successfully", retried
     assert await world.content(memory_id) == "The garden party is in July, with cake."
-    assert _replies(fake_discord, channel) == ["Cake it is."]
+    assert _replies(fake_discord, channel) == ["Yum."]
 
 
 @contextmanager
@@ -471,7 +439,7 @@ async def test_a_call_the_worker_does_not_answer_in_time_gives_the_llm_the_timeo
 ) -> None:
     fact = f"{{user}} drinks tea at {snowflake()[-4:]}."
     llm.script(
-        calls((CREATE_LONG_TERM_MEMORY, {"memory_content": fact, "memory_scope": "server_wide"})),
+        create(fact),
         says("I will try to remember that."),
     )
     first, channel = len(llm.requests), snowflake()
@@ -479,14 +447,7 @@ async def test_a_call_the_worker_does_not_answer_in_time_gives_the_llm_the_timeo
     tool_client.timeout_s = 1.0
     try:
         with stopped(worker_process):
-            await say(
-                running,
-                (demo.bob, "bob"),
-                f"<@{fake_discord.bot_user['id']}> I drink tea",
-                guild=demo.guild,
-                channel=channel,
-                mentions=(_mention(fake_discord),),
-            )
+            await ask(running, fake_discord, demo, "I drink tea", channel)
     finally:
         tool_client.timeout_s = 30.0
 

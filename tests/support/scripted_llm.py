@@ -69,10 +69,11 @@ class ScriptedLlm:
         """Answers to the next requests, one each, after those scripted before."""
         self._steps.extend(steps)
 
-    @property
-    def unanswered(self) -> int:
-        """Steps not yet used."""
-        return len(self._steps)
+    def drop_script(self) -> int:
+        """Forgets the steps not used yet; how many there were."""
+        unused = len(self._steps)
+        self._steps.clear()
+        return unused
 
     def system_prompt(self, index: int) -> str:
         """The system prompt of request `index` (negative: from the end)."""
