@@ -39,7 +39,9 @@ def participant(user: hikari.User, nickname: str | None = None) -> Participant:
     name = nickname or user.global_name or user.username
     label = name if name.casefold() == user.username.casefold() else f"{name} (@{user.username})"
     aliases = tuple(dict.fromkeys((name, user.username)))
-    return Participant(user_id=str(user.id), display_label=label, aliases=aliases)
+    return Participant(
+        user_id=str(user.id), display_label=label, aliases=aliases, is_bot=user.is_bot
+    )
 
 
 async def answer_message(
@@ -78,11 +80,12 @@ async def register_memory_command(rest: hikari.api.RESTClient) -> None:
 
 
 async def memory_list(
-    interaction: hikari.CommandInteraction, gateway: Gateway, persona: int
+    interaction: hikari.CommandInteraction, gateway: Gateway, persona_id: int
 ) -> None:
     user = str(interaction.user.id)
+    server_key = str(interaction.guild_id or user)
     try:
-        listing = await gateway.memories.read(str(interaction.guild_id or user), persona, [user])
+        listing = await gateway.memories.read(server_key, persona_id, [user])
     except LookupError:
         listing = MemoryListing()
     lines = ["Server memories:", *listing.server_lines()]
@@ -134,9 +137,8 @@ async def confirm_forget_me(
     try:
         answer = await gateway.data_rights.forget(interaction.user.id, where)
         done = answer.receipt
-        text = (
-            f"Forgotten: {done.memories_deleted} memories." if done else f"Refused: {answer.reason}"
-        )
+        refused = f"Your erasure was refused ({answer.reason})."
+        text = f"Forgotten. Memories erased: {done.memories_deleted}." if done else refused
     except (TimeoutError, ToolClientUnavailable):
         text = NO_ANSWER
     await interaction.edit_initial_response(text, components=[])

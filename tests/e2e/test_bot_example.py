@@ -537,6 +537,6 @@ async def test_memory_forget_me_erases_the_user_once_they_confirm(
     )
     deferred, edited = _responses(fake_discord, confirmed)
     assert deferred.json["type"] == 6  # the button's message is updated later
-    assert edited.json["content"] == "Forgotten: 1 memories."
+    assert edited.json["content"] == "Forgotten. Memories erased: 1."
     assert edited.json["components"] == []  # the button is gone
     assert await world.content(personal) is None
