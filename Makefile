@@ -10,8 +10,8 @@ STAMP := $(VENV)/.installed
 run: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
 run: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 
-.PHONY: install run test test-fast lint bench chaos chaos-cluster asyncapi services check-services clean \
-	console console-assets axe-assets screenshots
+.PHONY: install run chat test test-fast lint bench chaos chaos-cluster asyncapi services \
+	check-services clean console console-assets axe-assets screenshots
 
 install: $(STAMP)
 
@@ -36,6 +36,13 @@ run: install check-services
 	@$(BIN)/ltm migrate
 	@$(BIN)/ltm topology
 	@$(BIN)/python -m infra.run_local
+
+# The example bot's loop in the terminal, as a member of the demo server, on `make run`'s worker
+# (run it in a second terminal); it asks the LLM at LTM_LLM_BASE_URL, and says so when unset.
+chat: export LTM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/ltm
+chat: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
+chat: install check-services
+	@$(BIN)/python -m examples.chat
 
 # Each test run makes its own database and broker virtual host, and removes them after; two
 # processes, each such a run, share the modules (tests/support/scheduling.py). TEST_PROCESSES=0

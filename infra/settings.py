@@ -38,12 +38,13 @@ __all__ = [
 
 ENV_PREFIX: Final = "LTM_"
 
-# The settings that may come from a file (`<VARIABLE>_FILE`): those that hold a password.
+# The settings that may come from a file (`<VARIABLE>_FILE`): those that hold a password or key.
 SECRET_SETTINGS: Final = frozenset(
     {
         "database_url",
         "amqp_url",
         "discord_token",
+        "llm_api_key",
         "broker_worker_password",
         "broker_bot_password",
         "broker_operator_password",
@@ -282,6 +283,31 @@ class Settings(BaseSettings):
         description=(
             "`true`: a gateway removed from a guild (not an outage) asks for the erasure of "
             "that server's memories, as `bot_removed`"
+        ),
+    )
+
+    # The example bot (examples/bot) and `make chat`: the LLM they ask, any endpoint that
+    # speaks OpenAI's chat completions (a hosted API, llama.cpp's server, Ollama, vLLM).
+    llm_base_url: str | None = Field(
+        default=None,
+        description=(
+            "the example bot's and `make chat`'s OpenAI-compatible endpoint, up to the `/v1` "
+            "its `/chat/completions` follows (`http://127.0.0.1:8080/v1`); unset, neither starts"
+        ),
+    )
+    llm_model: str | None = Field(
+        default=None,
+        description="the model the example bot asks for; unset, none is named (a server of one)",
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None,
+        description="the bearer token of the example bot's LLM endpoint, when it needs one",
+    )
+    bot_persona_id: int | None = Field(
+        default=None,
+        description=(
+            "the persona (`personas.persona_id`) the example Discord bot plays: one server's, "
+            "where it has memories (`make chat` plays the demo's, 900001)"
         ),
     )
 

@@ -13,6 +13,7 @@ SECRET_VARIABLES = {
     "database_url": "LTM_DATABASE_URL",
     "amqp_url": "LTM_AMQP_URL",
     "discord_token": "DISCORD_TOKEN",
+    "llm_api_key": "LTM_LLM_API_KEY",
     "broker_worker_password": "LTM_BROKER_WORKER_PASSWORD",
     "broker_bot_password": "LTM_BROKER_BOT_PASSWORD",
     "broker_operator_password": "LTM_BROKER_OPERATOR_PASSWORD",
