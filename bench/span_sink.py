@@ -12,6 +12,8 @@ from typing import Self
 
 from aiohttp import web
 
+from harness.loopback import serve_on_loopback
+
 __all__ = ["SpanSink"]
 
 
@@ -45,13 +47,7 @@ class SpanSink:
     async def __aenter__(self) -> Self:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        self._port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        self._runner, self._port = await serve_on_loopback(app)
         return self
 
     async def __aexit__(

@@ -36,6 +36,7 @@ from typing import Any, Self
 
 from aiohttp import BodyPartReader, web
 
+from harness.loopback import serve_on_loopback
 from harness.snowflake import snowflake
 
 __all__ = ["FakeDiscord", "RecordedRequest", "Reply"]
@@ -212,12 +213,7 @@ class FakeDiscord:
         )
         app.router.add_post("/api/v10/users/@me/channels", self._dm_channel)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        addresses: list[Any] = list(self._runner.addresses)
-        self._port = int(addresses[0][1])
+        self._runner, self._port = await serve_on_loopback(app)
 
     async def close(self) -> None:
         if self._runner is not None:

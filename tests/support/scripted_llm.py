@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from harness.loopback import serve_on_loopback
+
 __all__ = ["ScriptedLlm", "Step", "running_llm", "says", "tool_answers", "tool_calls"]
 
 Message = dict[str, Any]
@@ -83,12 +85,7 @@ class ScriptedLlm:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        addresses: list[Any] = list(self._runner.addresses)
-        self._port = int(addresses[0][1])
+        self._runner, self._port = await serve_on_loopback(app)
 
     async def close(self) -> None:
         if self._runner is not None:
