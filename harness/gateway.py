@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import hikari
+from hikari.impl import GatewayShardImpl
 
 from gateway import DiscordSender, Gateway, RetryPolicy
 from harness.fake_discord import FakeDiscord
 from infra.settings import Settings
 
-__all__ = ["FAST_RETRIES", "running_gateway"]
+__all__ = ["FAST_RETRIES", "running_gateway", "unconnected_shard"]
 
 # Retries that give up within a test's patience.
 FAST_RETRIES = RetryPolicy(retry_for_s=5.0, first_wait_s=0.05, max_wait_s=0.2)
@@ -51,3 +52,20 @@ async def running_gateway(
                 await gateway.stop(grace_s=stop_grace_s)
     finally:
         await app.close()
+
+
+def unconnected_shard(
+    bot: hikari.GatewayBot, shard_id: int = 0, shard_count: int = 1
+) -> GatewayShardImpl:
+    """A real shard of `bot` for the events a test dispatches to name; it never connects."""
+    return GatewayShardImpl(
+        intents=bot.intents,
+        http_settings=bot.http_settings,
+        proxy_settings=bot.proxy_settings,
+        event_manager=bot.event_manager,
+        event_factory=bot.event_factory,
+        token="fake",
+        url="wss://gateway.invalid",
+        shard_id=shard_id,
+        shard_count=shard_count,
+    )

@@ -25,6 +25,7 @@ from examples.bot.llm import ChatCompletions
 from examples.bot.memory import Persona
 from gateway import Gateway, MessageContext, timeout_answer
 from harness.fake_discord import FakeDiscord, RecordedRequest
+from harness.gateway import unconnected_shard
 from harness.processes import LtmProcess
 from harness.snowflake import snowflake
 from harness.waiting import eventually
@@ -104,17 +105,7 @@ async def running(
     gateway = Gateway.for_bot(bot, settings, shards=(SHARD,), shard_count=SHARD + 1)
     persona = Persona("", gateway, ChatCompletions(llm.base_url, "scripted-model", API_KEY))
     MemoryBot(bot, persona, demo.persona.persona_id).attach()
-    shard = GatewayShardImpl(
-        intents=bot.intents,
-        http_settings=bot.http_settings,
-        proxy_settings=bot.proxy_settings,
-        event_manager=bot.event_manager,
-        event_factory=bot.event_factory,
-        token="fake",
-        url="wss://gateway.invalid",
-        shard_id=SHARD,
-        shard_count=SHARD + 1,
-    )
+    shard = unconnected_shard(bot, SHARD, SHARD + 1)
     assert isinstance(bot.rest, RESTClientImpl)
     bot.rest.start()  # what `bot.start()` does before it connects its shards
     try:

@@ -14,6 +14,7 @@ from hikari.impl import GatewayShardImpl
 from structlog.testing import capture_logs
 
 from gateway import MemberDirectory, attach_directory
+from harness.gateway import unconnected_shard
 from harness.snowflake import snowflake
 from infra.settings import Settings
 
@@ -41,15 +42,7 @@ def bot() -> hikari.GatewayBot:
 @pytest.fixture(scope="module")
 def shard(bot: hikari.GatewayBot) -> GatewayShardImpl:
     """A real shard object for the events to name; it never connects."""
-    return GatewayShardImpl(
-        intents=bot.intents,
-        http_settings=bot.http_settings,
-        proxy_settings=bot.proxy_settings,
-        event_manager=bot.event_manager,
-        event_factory=bot.event_factory,
-        token="fake",
-        url="wss://gateway.invalid",
-    )
+    return unconnected_shard(bot)
 
 
 def user_payload(
