@@ -415,7 +415,11 @@ def evaluate(results: Results) -> dict[str, dict[str, Any]]:
     """`results["targets"]`: each target's limit as written, the value compared, and whether
     it was met (None: not measured)."""
     return {
-        row.key: {"target": row.target, "measured": row.value(results), "met": row.met(results)}
+        row.key: {
+            "target": row.target,
+            "measured": None if (value := row.value(results)) is None else round(value, 3),
+            "met": row.met(results),
+        }
         for row in TARGETS_AND_FIGURES
         if isinstance(row, Target)
     }
