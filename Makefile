@@ -81,9 +81,11 @@ lint: install
 lint-k8s: install
 	$(BIN)/pytest -q tests/unit/deploy/test_k8s.py
 
+# The results page's table of the newest run is rendered from bench/results.json after the
+# bench, also when a phase failed (the bench's exit status is kept).
 bench: install check-services
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run; status=$$?; $(BIN)/python -m bench.results_page && exit $$status
 
 chaos: install check-services
 	$(BIN)/python -m bench.chaos

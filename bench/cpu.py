@@ -26,6 +26,7 @@ __all__ = [
     "CpuSplit",
     "MachineTicks",
     "ProcessTicks",
+    "core_share",
     "group_ticks",
     "parse_machine_stat",
     "parse_process_stat",
@@ -112,6 +113,14 @@ def group_ticks(
         total += processes[pid].ticks
         pending.extend(child for child in children.get(pid, ()) if child not in fenced)
     return total
+
+
+def core_share(ticks: int, seconds: float, ticks_per_second: int = TICKS_PER_SECOND) -> float:
+    """The share of one core that `ticks` of CPU used over `seconds` of wall time make
+    (1.0: one core, all the time)."""
+    if seconds <= 0:
+        raise ValueError("no time passed between the samples")
+    return ticks / ticks_per_second / seconds
 
 
 @dataclass(frozen=True, slots=True)

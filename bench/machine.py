@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -18,7 +19,7 @@ from aio_pika.abc import AbstractConnection
 
 from bench.processes import REPO_ROOT
 
-__all__ = ["Settled", "describe", "settle"]
+__all__ = ["Settled", "describe", "machine_line", "settle"]
 
 _LIBRARIES = ("aio-pika", "aiormq", "psycopg", "sqlalchemy", "uvloop", "pydantic", "faststream")
 
@@ -86,6 +87,32 @@ async def describe(database_url: str, connection: AbstractConnection) -> dict[st
         "commit": _git("rev-parse", "--short", "HEAD"),
         "worker_tree_modified": bool(status) if status is not None else None,
     }
+
+
+def machine_line(machine: Mapping[str, Any]) -> str:
+    """The machine a run measured, in one line (`describe`'s keys; `?` for what is missing):
+    when, which commit, the cores, memory, services' and libraries' versions, and the load."""
+    date = str(machine.get("date") or "?").replace("T", " ").removesuffix("Z")
+    date = date[:16] + " UTC" if date != "?" else date
+    commit = machine.get("commit") or "?"
+    if machine.get("worker_tree_modified"):
+        commit += " (with changes to the service's code not committed)"
+    memory = machine.get("memory_mb")
+    postgres = str(machine.get("postgresql") or "?").split(" ", 1)[0]
+    libraries = machine.get("libraries") or {}
+    shown = ", ".join(
+        f"{name} {libraries.get(name) or '?'}" for name in ("aio-pika", "aiormq", "psycopg")
+    )
+    load = machine.get("load_average_at_start") or []
+    return (
+        f"{date}, commit {commit}: {machine.get('nproc', '?')} cores"
+        f" ({machine.get('cpu_model', '?')}), "
+        + ("? GB" if memory is None else f"{round(int(memory) / 1024)} GB")
+        + f", PostgreSQL {postgres}, RabbitMQ {machine.get('rabbitmq') or '?'},"
+        f" Python {machine.get('python', '?')} ({shown}), load average "
+        + ("?" if not load else f"{load[0]:.2f}")
+        + " at the start"
+    )
 
 
 @dataclass(frozen=True, slots=True)

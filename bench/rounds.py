@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from bench.system import RunFigure
 
-__all__ = ["Contender", "paired_rounds", "say", "turn_order"]
+__all__ = ["Contender", "paired_rounds", "rounds_against", "say", "turn_order"]
 
 T = TypeVar("T")
 
@@ -50,5 +50,31 @@ async def paired_rounds(
         say(
             f"  round {number}: {a} {run[a].tps:.0f} calls/s, {b} {run[b].tps:.0f} calls/s, "
             f"ratio {ratio:.2f} {note(run)}".rstrip()
+        )
+    return kept
+
+
+async def rounds_against(
+    rounds: int, baseline: tuple[str, Contender], others: Sequence[tuple[str, Contender]]
+) -> list[dict[str, Any]]:
+    """As `paired_rounds`, for any number of contenders measured against one: each round runs
+    every contender once (the order turning round each round) and keeps their figures and,
+    under `ratio`, each other contender's rate over the baseline's of the same round."""
+    base, _ = baseline
+    kept: list[dict[str, Any]] = []
+    for number in range(1, rounds + 1):
+        run = {
+            name: await contender(number)
+            for name, contender in turn_order((*others, baseline), number)
+        }
+        ratios = {name: round(run[name].tps / run[base].tps, 3) for name, _ in others}
+        kept.append({**{name: figure.as_dict() for name, figure in run.items()}, "ratio": ratios})
+        say(
+            f"  round {number}: "
+            + ", ".join(f"{name} {figure.tps:.0f} calls/s" for name, figure in run.items())
+            + "; over "
+            + base
+            + ": "
+            + ", ".join(f"{name} {ratio:.2f}" for name, ratio in ratios.items())
         )
     return kept

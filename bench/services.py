@@ -40,6 +40,14 @@ class BenchServices(TestServices):
     def topology(self) -> Topology:
         return Topology(self.amqp_prefix)
 
+    def env(self, **extra: str) -> dict[str, str]:
+        """As the tests', without the `OTEL_*` of the shell that runs the bench: each phase
+        says how its processes trace (the tracing phase's default sampler is the SDK's own
+        only when no `OTEL_TRACES_SAMPLER` comes from outside)."""
+        env = {name: value for name, value in super().env().items() if not name.startswith("OTEL_")}
+        env.update(extra)
+        return env
+
 
 @contextmanager
 def bench_services() -> Iterator[BenchServices]:

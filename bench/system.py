@@ -107,6 +107,7 @@ class LatencyFigure:
     max_ms: float
     failures: int
     settled: Settled
+    cpu: CpuSplit | None = None  # where the CPU went, publish to last result, when metered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +119,7 @@ class LatencyFigure:
             "p99_ms": round(self.p99_ms, 2),
             "max_ms": round(self.max_ms, 2),
             "failures": self.failures,
+            **({} if self.cpu is None else {"cpu": self.cpu.as_dict()}),
         }
 
 
@@ -295,8 +297,11 @@ async def latency_run(
     seconds: float,
     warmup: int,
     timeout: float,
+    meter: CpuMeter | None = None,
 ) -> LatencyFigure:
-    """Publish-to-result latency at a fixed offered rate, both timestamps taken here."""
+    """Publish-to-result latency at a fixed offered rate, both timestamps taken here.
+    `meter`: samples the CPU from the first publish to the last result, every call of the
+    run counted (at a fixed rate there is no ramp to leave out)."""
     await reset_calls(bench.services.database_url)
     await warm_up(bench, calls, warmup, timeout)
     # A rate is measured on a quiet machine, not on the previous phase's aftermath.
@@ -307,6 +312,8 @@ async def latency_run(
     tally = bench.counter.expect(run, count)
     sent: dict[str, float] = {}
     tasks: list[asyncio.Task[Any]] = []
+    if meter is not None:
+        meter.begin(0)
     started = time.perf_counter()
     for i, (tool_call_id, call) in enumerate(prepared):
         delay = started + i / rate - time.perf_counter()
@@ -318,6 +325,7 @@ async def latency_run(
     await asyncio.gather(*tasks)
     if not await tally.wait(timeout):
         raise RuntimeError(f"latency: {tally.count} of {count} results within {timeout}s")
+    cpu = meter.end(tally.count) if meter is not None else None
     bench.counter.forget(run)
     latencies = sorted((tally.received[key] - sent[key]) * 1000 for key in tally.received)
     return LatencyFigure(
@@ -329,4 +337,5 @@ async def latency_run(
         max_ms=latencies[-1],
         failures=tally.failures(),
         settled=settled,
+        cpu=cpu,
     )

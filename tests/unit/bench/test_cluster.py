@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from bench.cluster import cluster_figures, cluster_rows, cluster_worker_env
+from bench.cluster import (
+    cluster_figures,
+    cluster_latency_figures,
+    cluster_rows,
+    cluster_worker_env,
+)
 from infra.settings import Settings
 
 URLS = ["amqp://guest:guest@127.0.0.1:5001/", "amqp://guest:guest@127.0.0.1:5002/"]
@@ -51,3 +56,10 @@ def test_a_run_without_the_phase_shows_dashes() -> None:
     assert rows[0][1] == "- | - /s"
     assert rows[2][1] == "-"
     assert rows[2][3] == "-"
+
+
+def test_the_tail_at_the_targets_rate_is_named_by_the_rate() -> None:
+    figures = cluster_latency_figures(LATENCIES, 100.0)
+
+    assert figures == {"cluster_p99_ms_at_100": 31.46, "single_node_p99_ms_at_100": 9.87}
+    assert cluster_rows(figures)[3][1] == "9.9 | 31.5 ms"

@@ -10,6 +10,7 @@ from bench.cpu import (
     CpuSample,
     MachineTicks,
     ProcessTicks,
+    core_share,
     group_ticks,
     parse_machine_stat,
     parse_process_stat,
@@ -123,3 +124,11 @@ def test_this_machine_can_be_sampled() -> None:
 
     assert 0 < sample.machine.busy <= sample.machine.elapsed
     assert os.getpid() in sample.processes
+
+
+def test_a_core_share_is_cpu_time_over_wall_time() -> None:
+    # 5 ticks of 1/100 s over 10 s: 0.05 s of CPU in 10 s, half a percent of one core.
+    assert core_share(5, 10.0, ticks_per_second=100) == pytest.approx(0.005)
+    assert core_share(0, 10.0, ticks_per_second=100) == 0.0
+    with pytest.raises(ValueError, match="no time"):
+        core_share(5, 0.0)

@@ -2,10 +2,50 @@
 
 from __future__ import annotations
 
-from bench.rounds import turn_order
+import asyncio
+
+from bench.rounds import Contender, rounds_against, turn_order
+from bench.system import RunFigure
 
 
 def test_the_order_turns_round_every_other_round() -> None:
     assert turn_order([1, 2, 4], 1) == [1, 2, 4]
     assert turn_order([1, 2, 4], 2) == [4, 2, 1]
     assert turn_order([1, 2, 4], 3) == [1, 2, 4]
+
+
+def _figure(tps: float) -> RunFigure:
+    return RunFigure(
+        calls=100,
+        seconds=100 / tps,
+        tps=tps,
+        failures=0,
+        publish_rate=None,
+        statuses={"updated": 100},
+        capped=False,
+    )
+
+
+def test_each_contender_is_measured_against_the_baseline_of_its_own_round() -> None:
+    rates = {"off": [500.0, 400.0], "default": [480.0, 396.0], "on": [400.0, 340.0]}
+    order: list[str] = []
+
+    def contender(name: str) -> Contender:
+        async def run(number: int) -> RunFigure:
+            order.append(name)
+            return _figure(rates[name][number - 1])
+
+        return run
+
+    rounds = asyncio.run(
+        rounds_against(
+            2,
+            ("off", contender("off")),
+            [("default", contender("default")), ("on", contender("on"))],
+        )
+    )
+
+    assert order == ["default", "on", "off", "off", "on", "default"]
+    assert rounds[0]["ratio"] == {"default": 0.96, "on": 0.8}
+    assert rounds[1]["ratio"] == {"default": 0.99, "on": 0.85}
+    assert rounds[1]["off"]["tps"] == 400.0

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bench.scaling import CPU_PARTS, scaling_figures, scaling_rows
+from bench.scaling import CPU_PARTS, fixed_rate_figures, scaling_figures, scaling_rows
 
 
 def _run(tps: float, worker: float, busy: float) -> dict[str, Any]:
@@ -61,3 +61,80 @@ def test_the_table_shows_the_rates_side_by_side_and_one_split_a_count() -> None:
 
 def test_a_run_without_the_phase_shows_one_empty_row() -> None:
     assert scaling_rows({}) == [("scaling (1 | 2 | 4 workers)", "-", "", "")]
+
+
+def _fixed(broker: float, database: float, p99: float = 20.0) -> dict[str, Any]:
+    """A fixed-rate run as `LatencyFigure.as_dict()` keeps it, with its CPU split."""
+    split = {"worker": 1.5, "broker": broker, "database": database, "bench": 0.4, "other": 0.1}
+    split["total"] = sum(split.values())
+    return {"p99_ms": p99, "cpu": {"cpu_ms_per_call": split, "busy_share": 0.4, "calls": 2250}}
+
+
+def _with_fixed(run: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+    return {**run, "fixed_rate": fixed}
+
+
+FIXED_ROUNDS = [
+    {
+        "1": _with_fixed(_run(600, 1.2, 0.9), _fixed(1.2, 0.3, 18.0)),
+        "2": _with_fixed(_run(650, 1.4, 0.9), _fixed(1.5, 0.3, 22.0)),
+        "4": _with_fixed(_run(640, 1.6, 0.9), _fixed(2.0, 0.4, 30.0)),
+    },
+    {
+        "4": _with_fixed(_run(500, 1.8, 0.9), _fixed(1.8, 0.6, 26.0)),
+        "2": _with_fixed(_run(600, 1.5, 0.9), _fixed(1.0, 0.5, 21.0)),
+        "1": _with_fixed(_run(400, 1.1, 0.9), _fixed(1.0, 0.5, 19.0)),
+    },
+    {
+        "1": _with_fixed(_run(620, 1.3, 0.9), _fixed(1.6, 0.4, 17.0)),
+        "2": _with_fixed(_run(650, 1.3, 0.9), _fixed(2.0, 0.4, 23.0)),
+        "4": _with_fixed(_run(610, 1.7, 0.9), _fixed(2.2, 0.6, 28.0)),
+    },
+]
+
+
+def test_the_fixed_rate_cost_is_the_shared_cpu_over_one_workers_within_each_round() -> None:
+    figures = fixed_rate_figures(FIXED_ROUNDS)
+
+    # Broker + database, 1 / 2 / 4 workers: 1.5, 1.8, 2.4; 1.5, 1.5, 2.4; 2.0, 2.4, 2.8.
+    # Over one worker's: 2 workers 1.2, 1.0, 1.2; 4 workers 1.6, 1.6, 1.4.
+    assert figures["scaling_fixed_rate_cost_vs_1"] == pytest.approx({"1": 1.0, "2": 1.2, "4": 1.6})
+    assert figures["scaling_fixed_rate_cpu_ms_per_call"]["2"]["shared"] == pytest.approx(1.8)
+    assert figures["scaling_fixed_rate_cpu_ms_per_call"]["4"]["broker"] == pytest.approx(2.0)
+    assert set(figures["scaling_fixed_rate_cpu_ms_per_call"]["1"]) == {*CPU_PARTS, "shared"}
+    assert figures["scaling_fixed_rate_p99_ms"] == {"1": 18.0, "2": 22.0, "4": 28.0}
+
+
+def test_the_cost_is_taken_round_by_round_not_from_the_medians() -> None:
+    def round_of(one: float, two: float) -> dict[str, Any]:
+        return {
+            "1": _with_fixed(_run(600, 1.2, 0.9), _fixed(one, 0.0)),
+            "2": _with_fixed(_run(600, 1.2, 0.9), _fixed(two, 0.0)),
+        }
+
+    # Round ratios 1.1, 1.1 and 0.33: the median 1.1. The medians' ratio would be 1.1 / 2.0.
+    figures = fixed_rate_figures([round_of(1.0, 1.1), round_of(2.0, 2.2), round_of(3.0, 1.0)])
+
+    assert figures["scaling_fixed_rate_cost_vs_1"]["2"] == pytest.approx(1.1)
+
+
+def test_without_fixed_rate_runs_there_is_no_fixed_rate_figure() -> None:
+    figures = fixed_rate_figures(ROUNDS)
+
+    assert figures["scaling_fixed_rate_cpu_ms_per_call"] == {}
+    assert "scaling_fixed_rate_cost_vs_1" not in figures
+
+
+def test_the_table_shows_the_fixed_rate_split_and_the_idle_worker() -> None:
+    results = {
+        **scaling_figures(FIXED_ROUNDS),
+        **fixed_rate_figures(FIXED_ROUNDS),
+        "scaling_fixed_rate_per_s": 150.0,
+        "idle_worker_core_share": 0.0042,
+    }
+
+    rows = scaling_rows(results)
+
+    two = next(row for row in rows if row[0].startswith("CPU ms/call at 150/s, 2 worker(s)"))
+    assert two[1].endswith("; broker + database 1.20 x one worker's")
+    assert rows[-1][:2] == ("idle_worker_core_share (one worker, no calls)", "0.42%")
