@@ -74,13 +74,13 @@ async def settle_delivered(message: DeliveredMessage, outcome: Outcome) -> Settl
     tag = message.delivery_tag
     assert tag is not None
     channel = message.channel
-    with tracing.settling(settlement.method, exchange=message.exchange, delivery_tag=tag):
-        if settlement is Settlement.ACK:
-            await channel.basic_ack(tag, wait=False)
-        elif settlement is Settlement.NACK_REQUEUE:
-            await channel.basic_nack(tag, requeue=True, wait=False)
-        else:
-            await channel.basic_reject(tag, requeue=settlement.requeue, wait=False)
+    tracing.settled(settlement.method, delivery_tag=tag)
+    if settlement is Settlement.ACK:
+        await channel.basic_ack(tag, wait=False)
+    elif settlement is Settlement.NACK_REQUEUE:
+        await channel.basic_nack(tag, requeue=True, wait=False)
+    else:
+        await channel.basic_reject(tag, requeue=settlement.requeue, wait=False)
     return settlement
 
 

@@ -46,7 +46,8 @@ __all__ = [
     "posting",
     "processing",
     "sending",
-    "settling",
+    "sending_all",
+    "settled",
     "trace_id_of",
     "traceparent_of",
     "transaction",
@@ -72,6 +73,8 @@ HTTP_REQUEST_METHOD: Final = "http.request.method"
 HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
 URL_TEMPLATE: Final = "url.template"
 ERROR_TYPE: Final = "error.type"
+# How the delivery was settled (ack, nack, reject): on its CONSUMER span, which lasts until then.
+SETTLEMENT: Final = "ltm.delivery.settlement"
 
 RABBITMQ: Final = "rabbitmq"
 # How a span names the default exchange, whose name is empty.
@@ -92,6 +95,7 @@ CURRENT: Final = _Current()
 Parent = _Current | str | None
 
 _OFF: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
+_UNSAMPLED: Final[contextlib.nullcontext[None]] = _OFF
 
 
 # -- context in AMQP headers ---------------------------------------------------------------
@@ -189,11 +193,65 @@ def _producer(
         attributes=attributes,
         links=links,
     ) as span:
+        _inject(headers)
+        yield span
+
+
+def _inject(*all_headers: MutableMapping[str, Any]) -> None:
+    """The current context into each message's headers, sampled or not: an unsampled flag is
+    what keeps the gateway from sampling the rest of a call the worker left out."""
+    carrier: dict[str, Any] = {}
+    propagate.inject(carrier)  # once: every message carries the same context
+    fields = propagate.get_global_textmap().fields
+    for headers in all_headers:
         # A copy of an earlier message (a dead letter, a replay) drops that message's context
         # whole: a `tracestate` of the old trace must not travel with the new `traceparent`.
-        for field in propagate.get_global_textmap().fields:
+        for field in fields:
             headers.pop(field, None)
-        propagate.inject(headers)
+        headers.update(carrier)
+
+
+def sending_all(
+    *,
+    exchange: str | None,
+    conversation_id: str | None,
+    headers: Sequence[MutableMapping[str, Any]],
+) -> contextlib.AbstractContextManager[Span | None]:
+    """One PRODUCER span `send <exchange>` around the publish of several messages of the
+    current call (its events) and their confirms; its context goes into each message's
+    `headers`, so that each delivery's span is its child. One span, not one per message:
+    each span, and its export, costs the worker CPU on every call traced."""
+    tracer = _STATE.tracer
+    if tracer is None:
+        return _OFF
+    if not trace.get_current_span().is_recording():
+        # The call is not sampled, nor would its child be (parent-based, or the same trace
+        # id's ratio): its context alone goes on, and no span is made.
+        _inject(*headers)
+        return _UNSAMPLED
+    return _producer_of_all(tracer, exchange, conversation_id, headers)
+
+
+@contextlib.contextmanager
+def _producer_of_all(
+    tracer: trace.Tracer,
+    exchange: str | None,
+    conversation_id: str | None,
+    headers: Sequence[MutableMapping[str, Any]],
+) -> Iterator[Span]:
+    with tracer.start_as_current_span(
+        f"send {exchange or _DEFAULT_EXCHANGE}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            MESSAGING_SYSTEM: RABBITMQ,
+            MESSAGING_OPERATION_NAME: "send",
+            MESSAGING_OPERATION_TYPE: "send",
+            MESSAGING_DESTINATION_NAME: exchange or "",
+            MESSAGING_BATCH_MESSAGE_COUNT: len(headers),
+            **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
+        },
+    ) as span:
+        _inject(*headers)
         yield span
 
 
@@ -229,24 +287,17 @@ def processing(
     )
 
 
-def settling(
-    operation: str, *, exchange: str | None, delivery_tag: int | None
-) -> contextlib.AbstractContextManager[Span | None]:
-    """A CLIENT span `<ack|nack> <exchange>` for settling a delivery."""
-    tracer = _STATE.tracer
-    if tracer is None:
-        return _OFF
-    return tracer.start_as_current_span(
-        f"{operation} {exchange or _DEFAULT_EXCHANGE}",
-        kind=SpanKind.CLIENT,
-        attributes={
-            MESSAGING_SYSTEM: RABBITMQ,
-            MESSAGING_OPERATION_NAME: operation,
-            MESSAGING_OPERATION_TYPE: "settle",
-            MESSAGING_DESTINATION_NAME: exchange or "",
-            **_optional(MESSAGING_RABBITMQ_DELIVERY_TAG, delivery_tag),
-        },
-    )
+def settled(operation: str, *, delivery_tag: int | None) -> None:
+    """Notes on the current span (the delivery's CONSUMER span, which ends once the delivery is
+    settled) how it was settled: an attribute, not a span of its own, which would cost as
+    much as the call's other spans and say no more than the CONSUMER span's end."""
+    if _STATE.tracer is None:
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute(SETTLEMENT, operation)
+        if delivery_tag is not None:
+            span.set_attribute(MESSAGING_RABBITMQ_DELIVERY_TAG, delivery_tag)
 
 
 def transaction(
@@ -255,13 +306,16 @@ def transaction(
     """A CLIENT span `transaction <database>` for one database transaction of several calls.
 
     One call's transaction is a child of its span. Several calls' is the root of a trace of
-    its own, linked to each call's span, and each call's span links back to it: batching
-    never merges the calls' traces.
+    its own, linked to each sampled call's span, and each of those links back to it: batching
+    never merges the calls' traces. No span when no call of the batch is sampled.
     """
     tracer = _STATE.tracer
     if tracer is None:
         return _OFF
-    return _batch(tracer, [span for span in calls if span is not None], database, len(calls))
+    recording = [span for span in calls if span is not None and span.is_recording()]
+    if not recording:
+        return _OFF
+    return _batch(tracer, recording, database, len(calls))
 
 
 @contextlib.contextmanager
@@ -269,7 +323,7 @@ def _batch(
     tracer: trace.Tracer, spans: list[Span], database: str | None, calls: int
 ) -> Iterator[Span]:
     links: tuple[Link, ...] = ()
-    if len(spans) == 1:
+    if calls == 1:
         parent = trace.set_span_in_context(spans[0], Context())
     else:
         parent, links = Context(), tuple(Link(span.get_span_context()) for span in spans)
@@ -336,9 +390,11 @@ def traceparent_of(span: Span | None) -> str | None:
     """The W3C `traceparent` of `span`, to store (the outbox keeps one per row)."""
     if span is None:
         return None
-    carrier: dict[str, str] = {}
-    _W3C.inject(carrier, context=trace.set_span_in_context(span, Context()))
-    return carrier.get("traceparent")
+    context = span.get_span_context()
+    if not context.is_valid:
+        return None
+    # W3C's version 00 form, written directly: no context object and carrier for each call.
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 def trace_id_of(span: Span | None) -> str | None:

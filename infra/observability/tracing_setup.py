@@ -56,8 +56,9 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] | None = Non
     `OTEL_TRACES_EXPORTER` names `otlp` or `console`, or is unset while an OTLP endpoint is
     (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`). Off when
     `OTEL_SDK_DISABLED` is true, or the SDK is not installed (said once in the log).
-    `service_name` is the default of `OTEL_SERVICE_NAME`. The SDK reads the rest itself:
-    `OTEL_EXPORTER_OTLP_*`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`.
+    `service_name` is the default of `OTEL_SERVICE_NAME`. `OTEL_TRACES_SAMPLER` and
+    `OTEL_TRACES_SAMPLER_ARG` choose the sampler (`sampler_from`). The SDK reads the rest
+    itself: `OTEL_EXPORTER_OTLP_*`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BSP_*`.
     """
     if STATE.tracer is not None:
         return True
@@ -82,8 +83,18 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] | None = Non
         return False
     trace.set_tracer_provider(provider)
     STATE.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-    log.info("tracing.on", service=service_name, exporters=list(exporters))
+    log.info(
+        "tracing.on",
+        service=service_name,
+        exporters=list(exporters),
+        sampler=_sampler_of(provider),
+    )
     return True
+
+
+def _sampler_of(provider: trace.TracerProvider) -> str | None:
+    sampler = getattr(provider, "sampler", None)
+    return None if sampler is None else str(sampler.get_description())
 
 
 def _exporters_asked(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -107,11 +118,13 @@ def _sdk_provider(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from infra.observability.tracing_sampler import sampler_from
+
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service_name}))
     # Spans still queued are exported at exit (the provider's own atexit hook).
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, sampler=sampler_from(env))
     for name in exporters:
         provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
     return provider

@@ -199,13 +199,8 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
 
     consume = _one(_named(trace, f"process {topology.tool_calls_exchange}"), "consume")
     transaction = _one(_named(trace, f"transaction {database}"), "transaction")
-    result_sent = _one(
-        _named(trace, f"send {events}", **{_ROUTING_KEY: result_routing_key(SHARD)}),
-        "result's publish",
-    )
-    embed_sent = _one(
-        _named(trace, f"send {events}", **{_ROUTING_KEY: f"embed.shard.{SHARD}"}), "embed's publish"
-    )
+    # The call's events (result, embed, cache, memory) are sent under one span.
+    events_sent = _one(_named(trace, f"send {events}"), "events' publish")
     result_delivered = _one(
         _named(trace, f"process {events}", **{_ROUTING_KEY: result_routing_key(SHARD)}),
         "result's delivery",
@@ -215,22 +210,23 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
         "embed's delivery",
     )
     post = _one(_named(trace, "POST /channels/{channel.id}/messages"), "embed's post")
-    ack = _one(_named(trace, f"ack {topology.tool_calls_exchange}"), "ack")
 
     # Who made each, and from which span it continued: across three processes, one trace.
-    assert (consume.service, transaction.service, ack.service) == ("ltm-worker",) * 3
+    assert (consume.service, transaction.service, events_sent.service) == ("ltm-worker",) * 3
     assert (result_delivered.service, post.service) == ("ltm-gateway",) * 2
+    # Three spans in the worker: no span of its own for the ack.
+    assert sorted(span.name for span in trace if span.service == "ltm-worker") == sorted(
+        [consume.name, transaction.name, events_sent.name]
+    )
     assert consume.parent_span_id == publish.span_id
     assert transaction.parent_span_id == consume.span_id
-    assert ack.parent_span_id == consume.span_id
-    assert result_sent.parent_span_id == consume.span_id
-    assert embed_sent.parent_span_id == consume.span_id
-    assert result_delivered.parent_span_id == result_sent.span_id
-    assert embed_delivered.parent_span_id == embed_sent.span_id
+    assert events_sent.parent_span_id == consume.span_id
+    assert result_delivered.parent_span_id == events_sent.span_id
+    assert embed_delivered.parent_span_id == events_sent.span_id
     assert post.parent_span_id == embed_delivered.span_id
     order = [publish, consume, transaction, result_delivered, post]
     assert [span.start_ns for span in order] == sorted(span.start_ns for span in order)
-    assert transaction.end_ns <= result_sent.start_ns  # published after the commit
+    assert transaction.end_ns <= events_sent.start_ns  # published after the commit
 
     # The semantic conventions' attributes.
     assert publish.attributes == {
@@ -249,7 +245,9 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     assert transaction.attributes["db.system.name"] == "postgresql"
     assert transaction.attributes["db.namespace"] == database
     assert transaction.attributes["messaging.batch.message_count"] == 1
-    assert ack.attributes["messaging.operation.type"] == "settle"
+    assert events_sent.attributes["messaging.batch.message_count"] == 4
+    assert events_sent.attributes["messaging.message.conversation_id"] == tool_call_id
+    assert consume.attributes["ltm.delivery.settlement"] == "ack"
     assert post.kind == SpanKind.SPAN_KIND_CLIENT
     assert post.attributes["http.request.method"] == "POST"
     assert [request.channel_id for request in fake_discord.requests].count(channel_id) == 1
@@ -329,9 +327,9 @@ async def test_calls_batched_together_keep_their_traces_apart(
             )
 
             def acked(spans: list[ReceivedSpan]) -> bool:
-                return len(_acks_of(spans, ids)) == len(ids)
+                return len(_acked(spans, ids)) == len(ids)
 
-            spans = await receiver.wait_for(acked, what="every call's ack")
+            spans = await receiver.wait_for(acked, what="every call's span, ended by its ack")
 
     consumes = {
         span.attributes["messaging.message.conversation_id"]: span
@@ -360,25 +358,23 @@ async def test_calls_batched_together_keep_their_traces_apart(
             assert (batch.trace_id, batch.span_id) in consume.links
     # What each call published stays in its own trace.
     for tool_call_id, consume in consumes.items():
-        [result] = [
+        [sent] = [
             span
             for span in spans
             if span.name == f"send {topology.events_exchange}"
             and span.attributes.get("messaging.message.conversation_id") == tool_call_id
-            and span.attributes.get(_ROUTING_KEY) == result_routing_key(0)
         ]
-        assert (result.trace_id, result.parent_span_id) == (consume.trace_id, consume.span_id)
+        assert (sent.trace_id, sent.parent_span_id) == (consume.trace_id, consume.span_id)
 
 
-def _acks_of(spans: Sequence[ReceivedSpan], ids: set[str]) -> list[ReceivedSpan]:
-    consumes = {
-        span.span_id
+def _acked(spans: Sequence[ReceivedSpan], ids: set[str]) -> list[ReceivedSpan]:
+    """The calls' CONSUMER spans that say their delivery was acked."""
+    return [
+        span
         for span in spans
         if span.attributes.get("messaging.message.conversation_id") in ids
         and span.name.startswith("process ")
-    }
-    return [
-        span for span in spans if span.name.startswith("ack ") and span.parent_span_id in consumes
+        and span.attributes.get("ltm.delivery.settlement") == "ack"
     ]
 
 

@@ -112,22 +112,38 @@ class EventPublisher:
         """Channels opened after a refused publish, so far."""
         return self._confirming.renewals
 
-    async def publish_row(self, row: OutboxRow, *, in_call: bool = False) -> None:
-        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack).
-
-        `in_call`: published within the span of the call that wrote the row, which is then
-        its parent as it is (the row's stored context is that span's, not read again)."""
+    async def publish_row(self, row: OutboxRow) -> None:
+        """Raises `aiormq.exceptions.DeliveryError` if the broker refuses it (nack). Its
+        span's parent is the row's stored context: the call that wrote it."""
         await self._publish(
             self._events,
             row.body,
             row.routing_key,
-            event_properties(str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms),
-            parent=tracing.CURRENT if in_call else row.traceparent,
+            _row_properties(row),
+            parent=row.traceparent,
         )
 
     async def publish_rows(self, rows: Sequence[OutboxRow], *, in_call: bool = False) -> None:
-        """All at once, each confirmed; raises if any was not."""
-        await asyncio.gather(*(self.publish_row(row, in_call=in_call) for row in rows))
+        """All at once, each confirmed; raises if any was not.
+
+        `in_call`: published within the span of the call that wrote the rows, under one span
+        of their own (the rows' stored context is that call's, not read again)."""
+        if not in_call:
+            await asyncio.gather(*(self.publish_row(row) for row in rows))
+            return
+        sent = [(row, _row_properties(row)) for row in rows]
+        conversations = {row.correlation_id for row in rows}
+        with tracing.sending_all(
+            exchange=self._events,
+            conversation_id=conversations.pop() if len(conversations) == 1 else None,
+            headers=[_headers_of(properties) for _, properties in sent],
+        ):
+            await asyncio.gather(
+                *(
+                    self._confirmed(self._events, row.body, row.routing_key, properties)
+                    for row, properties in sent
+                )
+            )
 
     async def publish_event(
         self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False
@@ -182,36 +198,49 @@ class EventPublisher:
         parent: tracing.Parent = tracing.CURRENT,
     ) -> None:
         """`parent`: where the message was made (the current span, or an outbox row's)."""
-        if properties.headers is None:
-            properties.headers = {}
         with tracing.sending(
             exchange=exchange,
             routing_key=routing_key,
             message_id=properties.message_id,
             conversation_id=properties.correlation_id,
-            headers=properties.headers,
+            headers=_headers_of(properties),
             parent=parent,
         ):
-            try:
-                await self._confirming.confirmed(
-                    lambda _, raw: raw.basic_publish(
-                        body,
-                        exchange=exchange,
-                        routing_key=routing_key,
-                        properties=properties,
-                        mandatory=False,
-                        wait=False,
-                    ),
-                    within_s=self.refused_retry_s,
-                )
-            except asyncio.CancelledError:
-                if being_cancelled():
-                    raise
-                # The connection was given up as stalled: a failed publish, as any lost
-                # connection.
-                raise aiormq.exceptions.AMQPConnectionError(
-                    "the broker connection stalled"
-                ) from None
+            await self._confirmed(exchange, body, routing_key, properties)
+
+    async def _confirmed(
+        self, exchange: str, body: bytes, routing_key: str, properties: Basic.Properties
+    ) -> None:
+        """Published, and confirmed by the broker; raises if it was not."""
+        try:
+            await self._confirming.confirmed(
+                lambda _, raw: raw.basic_publish(
+                    body,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    properties=properties,
+                    mandatory=False,
+                    wait=False,
+                ),
+                within_s=self.refused_retry_s,
+            )
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            # The connection was given up as stalled: a failed publish, as any lost
+            # connection.
+            raise aiormq.exceptions.AMQPConnectionError("the broker connection stalled") from None
+
+
+def _row_properties(row: OutboxRow) -> Basic.Properties:
+    return event_properties(str(row.event_id), row.event_type, row.correlation_id, row.ttl_ms)
+
+
+def _headers_of(properties: Basic.Properties) -> FieldTable:
+    """The message's headers, made empty when it has none, for the trace context to go in."""
+    if properties.headers is None:
+        properties.headers = {}
+    return properties.headers
 
 
 @dataclass(frozen=True, slots=True)

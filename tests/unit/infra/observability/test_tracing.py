@@ -83,14 +83,15 @@ def test_off_by_default_every_helper_is_a_shared_no_op(monkeypatch: pytest.Monke
         tracing.processing(
             headers=headers, exchange="x", routing_key="k", message_id="m", conversation_id=None
         ),
+        tracing.sending_all(exchange="x", conversation_id=None, headers=[headers]),
         tracing.transaction([None, None], database="ltm"),
-        tracing.settling("ack", exchange="x", delivery_tag=1),
         tracing.posting("POST", "/channels/{channel.id}/messages", channel_id="1"),
     ]
     assert len({id(manager) for manager in managers}) == 1  # one shared object, nothing made
     for manager in managers:
         with manager as span:
             assert span is None
+    tracing.settled("ack", delivery_tag=1)
     assert headers == {"schema_version": 1, "traceparent": TRACEPARENT}  # untouched
     assert tracing.current_span() is None
     assert tracing.add_trace_ids(None, "info", {"event": "x"}) == {"event": "x"}
@@ -106,7 +107,9 @@ def _configured(env: dict[str, str]) -> dict[str, object]:
         "provider = trace.get_tracer_provider()\n"
         "resource = getattr(provider, 'resource', None)\n"
         "name = resource.attributes.get('service.name') if resource else None\n"
-        "print(json.dumps({'on': on, 'service': name}))\n"
+        "sampler = getattr(provider, 'sampler', None)\n"
+        "described = sampler.get_description() if sampler else None\n"
+        "print(json.dumps({'on': on, 'service': name, 'sampler': described}))\n"
     )
     clean = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
     done = subprocess.run(
@@ -144,6 +147,14 @@ def test_the_service_is_named_by_default_and_by_otel_service_name() -> None:
     assert _configured({**asked, "OTEL_SERVICE_NAME": "worker-eu-1"})["service"] == "worker-eu-1"
 
 
+def test_the_worker_s_sampler_is_the_default_unless_the_sdk_s_variables_say() -> None:
+    asked = {"OTEL_TRACES_EXPORTER": "console"}
+    default = str(_configured(asked)["sampler"])
+    assert default.startswith("ParentBased{root:SampledLinksOr{TraceIdRatioBased{0.1}}")
+    everything = _configured({**asked, "OTEL_TRACES_SAMPLER": "parentbased_always_on"})
+    assert str(everything["sampler"]).startswith("ParentBased{root:SampledLinksOr{AlwaysOn")
+
+
 # -- on -------------------------------------------------------------------------------------
 
 
@@ -155,26 +166,25 @@ def test_a_publish_puts_its_context_in_the_headers_and_the_consumer_continues_it
     assert sent is not None
     assert str(headers["traceparent"]).split("-")[1] == f"{sent.get_span_context().trace_id:032x}"
 
-    with (
-        tracing.processing(
-            headers=headers,
-            exchange="ltm.tool_calls",
-            routing_key="update_long_term_memory",
-            message_id="event-1",
-            conversation_id="call-1",
-            queue="ltm.tool_calls.worker",
-        ),
-        tracing.settling("ack", exchange="ltm.tool_calls", delivery_tag=7),
+    with tracing.processing(
+        headers=headers,
+        exchange="ltm.tool_calls",
+        routing_key="update_long_term_memory",
+        message_id="event-1",
+        conversation_id="call-1",
+        queue="ltm.tool_calls.worker",
     ):
-        pass
+        tracing.settled("ack", delivery_tag=7)
 
     send = _by_name(exported, "send ltm.tool_calls")
     process = _by_name(exported, "process ltm.tool_calls")
-    ack = _by_name(exported, "ack ltm.tool_calls")
     assert send.kind is trace.SpanKind.PRODUCER and process.kind is trace.SpanKind.CONSUMER
     assert process.context.trace_id == send.context.trace_id
     assert process.parent is not None and process.parent.span_id == send.context.span_id
-    assert ack.parent is not None and ack.parent.span_id == process.context.span_id
+    assert [span.name for span in exported.get_finished_spans()] == [
+        "send ltm.tool_calls",
+        "process ltm.tool_calls",
+    ]  # the settlement is no span of its own
     assert dict(send.attributes or {}) == {
         "messaging.system": "rabbitmq",
         "messaging.operation.name": "send",
@@ -187,8 +197,65 @@ def test_a_publish_puts_its_context_in_the_headers_and_the_consumer_continues_it
     assert (process.attributes or {})["messaging.destination.subscription.name"] == (
         "ltm.tool_calls.worker"
     )
-    assert dict(ack.attributes or {})["messaging.operation.type"] == "settle"
-    assert dict(ack.attributes or {})["messaging.rabbitmq.message.delivery_tag"] == 7
+    assert (process.attributes or {})["ltm.delivery.settlement"] == "ack"
+    assert (process.attributes or {})["messaging.rabbitmq.message.delivery_tag"] == 7
+
+
+def test_a_call_s_events_are_sent_under_one_span_whose_context_each_carries(
+    exported: InMemorySpanExporter,
+) -> None:
+    tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
+    events: list[dict[str, object]] = [{"tracestate": "vendor=old"}, {}, {"schema_version": 1}]
+    with (
+        tracer.start_as_current_span("call") as call,
+        tracing.sending_all(exchange="ltm.events", conversation_id="call-1", headers=events),
+    ):
+        pass
+    send = _by_name(exported, "send ltm.events")
+    assert send.kind is trace.SpanKind.PRODUCER
+    assert send.parent is not None and send.parent.span_id == call.get_span_context().span_id
+    assert dict(send.attributes or {}) == {
+        "messaging.system": "rabbitmq",
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": "ltm.events",
+        "messaging.batch.message_count": 3,
+        "messaging.message.conversation_id": "call-1",
+    }
+    parts = [str(headers.get("traceparent")).split("-") for headers in events]
+    expected = ["00", f"{send.context.trace_id:032x}", f"{send.context.span_id:016x}"]
+    assert [part[:3] for part in parts] == [expected] * 3
+    assert all(int(part[3], 16) & 1 for part in parts)  # sampled
+    assert "tracestate" not in events[0]
+    assert events[2]["schema_version"] == 1
+
+
+def test_an_unsampled_call_makes_no_child_span_and_passes_its_flag_on(
+    exported: InMemorySpanExporter,
+) -> None:
+    unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    events: list[dict[str, object]] = [{}, {}]
+    with tracing.processing(
+        headers={"traceparent": unsampled},
+        exchange="ltm.tool_calls",
+        routing_key="update_long_term_memory",
+        message_id="event-1",
+        conversation_id="call-1",
+    ):
+        call = tracing.current_span()
+        assert call is not None and not call.is_recording()
+        with (
+            tracing.transaction([call], database="ltm") as transaction,
+            tracing.sending_all(exchange="ltm.events", conversation_id="call-1", headers=events),
+        ):
+            assert transaction is None
+        tracing.settled("ack", delivery_tag=1)
+        stored = tracing.traceparent_of(call)
+    assert exported.get_finished_spans() == ()
+    # The gateway, and a late publish of a stored row, follow the bot's "not sampled".
+    assert stored is not None and stored.endswith("-00")
+    assert stored.split("-")[1] == unsampled.split("-")[1]
+    assert [str(headers["traceparent"]).split("-")[3] for headers in events] == ["00", "00"]
 
 
 def test_a_delivery_without_a_context_starts_a_trace_whatever_is_current(
@@ -253,7 +320,8 @@ def test_one_call_s_transaction_is_a_child_of_its_span(exported: InMemorySpanExp
 def test_a_database_url_naming_no_database_names_no_namespace(
     exported: InMemorySpanExporter,
 ) -> None:
-    with tracing.transaction([None], database=None):
+    tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
+    with tracer.start_as_current_span("call") as call, tracing.transaction([call], database=None):
         pass
     transaction = _by_name(exported, "transaction")
     assert "db.namespace" not in dict(transaction.attributes or {})
@@ -298,6 +366,9 @@ def test_traceparent_and_trace_id_of_a_span(exported: InMemorySpanExporter) -> N
     assert span is not None and stored is not None
     context = span.get_span_context()
     assert stored.split("-")[:3] == ["00", f"{context.trace_id:032x}", f"{context.span_id:016x}"]
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    assert stored == carrier["traceparent"]  # W3C's form, as the propagator writes it
     assert trace_id == f"{context.trace_id:032x}"
 
 

@@ -1,0 +1,104 @@
+"""The sampler of the SDK's tracer provider: which calls are traced (`OTEL_TRACES_SAMPLER`).
+
+Imported only once tracing is configured: the SDK is the `tracing` extra's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import structlog
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import Link, SpanKind, TraceState
+from opentelemetry.util.types import Attributes
+
+__all__ = ["DEFAULT_SAMPLER", "DEFAULT_SAMPLER_RATIO", "sampler_from"]
+
+# What `OTEL_TRACES_SAMPLER` unset means here (the SDK's own default samples every call):
+# one new trace in ten, and every call whose bot sampled it. At this ratio tracing costs the
+# worker under 5 % of its throughput; `OTEL_TRACES_SAMPLER_ARG` alone changes the ratio.
+DEFAULT_SAMPLER: Final = "parentbased_traceidratio"
+DEFAULT_SAMPLER_RATIO: Final = 0.1
+# The SDK's names (`OTEL_TRACES_SAMPLER`) that this module builds.
+_SAMPLERS: Final = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+
+log = structlog.get_logger("ltm.tracing")
+
+
+def sampler_from(env: Mapping[str, str]) -> Sampler:
+    """The sampler `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` name, the SDK's names
+    and meaning; unset, `parentbased_traceidratio` at `DEFAULT_SAMPLER_RATIO`.
+
+    A parent-based sampler follows the sampled flag of the context a message carries (the
+    bot's choice), and samples a new trace linked to a sampled span (the transaction of a
+    batch holding a sampled call), so that no link of a sampled call leads nowhere.
+    """
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or DEFAULT_SAMPLER
+    if name not in _SAMPLERS:
+        log.warning("tracing.unknown_sampler_ignored", sampler=name, instead=DEFAULT_SAMPLER)
+        name = DEFAULT_SAMPLER
+    if name.endswith("always_on"):
+        root: Sampler = ALWAYS_ON
+    elif name.endswith("always_off"):
+        root = ALWAYS_OFF
+    else:
+        root = TraceIdRatioBased(_ratio(env.get("OTEL_TRACES_SAMPLER_ARG")))
+    if not name.startswith("parentbased_"):
+        return root
+    return ParentBased(_SampledLinks(root))
+
+
+def _ratio(argument: str | None) -> float:
+    if argument is None or not argument.strip():
+        return DEFAULT_SAMPLER_RATIO
+    try:
+        ratio = float(argument)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        log.warning("tracing.sampler_ratio_ignored", ratio=argument, instead=DEFAULT_SAMPLER_RATIO)
+        return DEFAULT_SAMPLER_RATIO
+    return ratio
+
+
+class _SampledLinks(Sampler):
+    """A root linked to a sampled span is sampled; any other root, as `root` decides."""
+
+    def __init__(self, root: Sampler) -> None:
+        self._root = root
+
+    def should_sample(  # noqa: PLR0917 - the SDK passes them by position
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        if links and any(link.context.trace_flags.sampled for link in links):
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, trace_state)
+        return self._root.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"SampledLinksOr{{{self._root.get_description()}}}"
