@@ -44,10 +44,11 @@ chat: export LTM_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 chat: install check-services
 	@$(BIN)/python -m examples.chat
 
-# Each test run makes its own database and broker virtual host, and removes them after; two
-# processes, each such a run, share the modules (tests/support/scheduling.py). TEST_PROCESSES=0
-# runs them all in this one process.
-TEST_PROCESSES ?= 2
+# Each test run makes its own database and broker virtual host, and removes them after.
+# TEST_PROCESSES=N shares the modules between N processes, each such a run of its own
+# (tests/support/scheduling.py): worth it with more than two cores; on two, the suite is
+# bound by the CPU and two processes took longer than one (11:25 against about 10 minutes).
+TEST_PROCESSES ?= 0
 
 test: install check-services
 	$(BIN)/pytest -q --numprocesses=$(TEST_PROCESSES) --dist=loadscope --durations=15
