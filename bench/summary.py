@@ -69,6 +69,14 @@ def _quotient(results: Results, numerator: str, denominator: str, unit: str) -> 
     return f"{top} / {bottom}{unit} = {ratio:.2f}"
 
 
+def _rates_and_median(results: Results, rates: tuple[str, str], ratio: str) -> str:
+    """`a / b calls/s = ratio`, where the ratio is the median of the rounds' (stored under
+    `ratio`), not a / b."""
+    if _number(results, ratio) is None:
+        return NOT_JUDGED
+    return f"{_shows(results, rates, ' calls/s')} = {_show(_number(results, ratio))}"
+
+
 def _rounds(results: Results, *path: str) -> str:
     """`(rounds a, b, c)`: the round ratios a median comes from, under `details` at `path`."""
     found: Any = results.get("details", {})
@@ -181,11 +189,8 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
         value=lambda r: _number(r, "ratio_vs_broker"),
         limit=0.75,
         holds=operator.ge,
-        measured=lambda r: (
-            NOT_JUDGED
-            if _number(r, "ratio_vs_broker") is None
-            else f"{_shows(r, ('throughput', 'broker_limit_tps'), ' calls/s')}"
-            f" = {_show(_number(r, 'ratio_vs_broker'))}"
+        measured=lambda r: _rates_and_median(
+            r, ("throughput", "broker_limit_tps"), "ratio_vs_broker"
         ),
     ),
     Target(
@@ -271,11 +276,8 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
         value=lambda r: _number(r, "tracing_default_vs_off"),
         limit=0.95,
         holds=operator.ge,
-        measured=lambda r: (
-            NOT_JUDGED
-            if _number(r, "tracing_default_vs_off") is None
-            else f"{_shows(r, ('tracing_default_tps', 'tracing_off_tps'), ' calls/s')}"
-            f" = {_show(_number(r, 'tracing_default_vs_off'))}"
+        measured=lambda r: _rates_and_median(
+            r, ("tracing_default_tps", "tracing_off_tps"), "tracing_default_vs_off"
         ),
     ),
     Target(
@@ -285,11 +287,8 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
         value=lambda r: _number(r, "tracing_on_vs_off"),
         limit=0.8,
         holds=operator.ge,
-        measured=lambda r: (
-            NOT_JUDGED
-            if _number(r, "tracing_on_vs_off") is None
-            else f"{_shows(r, ('tracing_on_tps', 'tracing_off_tps'), ' calls/s')}"
-            f" = {_show(_number(r, 'tracing_on_vs_off'))}"
+        measured=lambda r: _rates_and_median(
+            r, ("tracing_on_tps", "tracing_off_tps"), "tracing_on_vs_off"
         ),
     ),
     Target(
@@ -339,12 +338,7 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     ),
     Reported(
         lambda r: "one worker on three nodes / on one node" + _rounds(r, "cluster", "rounds"),
-        lambda r: (
-            NOT_JUDGED
-            if _number(r, "cluster_ratio") is None
-            else f"{_shows(r, ('cluster_tps', 'single_node_tps'), ' calls/s')}"
-            f" = {_show(_number(r, 'cluster_ratio'))}"
-        ),
+        lambda r: _rates_and_median(r, ("cluster_tps", "single_node_tps"), "cluster_ratio"),
     ),
     Target(
         key="cluster_p99_vs_single_at_100",
