@@ -98,6 +98,7 @@ from bench import db_limit, erasure
 from bench.amqp import CallPublisher, ResultCounter, declare
 from bench.cluster import ClusterPlan, cluster_rows, measure_cluster
 from bench.machine import describe, machine_line
+from bench.processes import Child
 from bench.rounds import Contender, paired_rounds, rounds_against, say
 from bench.samples import Sample, capture
 from bench.scaling import ScalingPlan, measure_scaling, scaling_rows
@@ -309,21 +310,12 @@ class Phases:
             self.seconds[name] = round(time.perf_counter() - started, 1)
 
 
-async def _broker_loop(
-    bench: Bench,
-    config: Config,
-    sample_path: Path,
-    calls: CallMaker,
-    *,
-    publish: str,
-    prepublished: bool,
-    label: str = "",
-) -> RunFigure:
-    """The broker-limit loop, driven and counted exactly as the worker is in the same mode,
-    publishing the events of the sample at `sample_path`."""
-    services = bench.services
-    name = f"broker{label}-{publish}" + ("-prepub" if prepublished else "")
-    ready = bench.workdir / f"{name}.ready"
+def _broker_loop_child(
+    bench: Bench, name: str, sample_path: Path, *options: str
+) -> tuple[Child, Path]:
+    """The broker-limit loop's process (not started) at the worker's prefetch, publishing the
+    events of the sample at `sample_path`, and the file it writes once it consumes."""
+    services, ready = bench.services, bench.workdir / f"{name}.ready"
     loop = bench.child(
         name,
         "bench.broker_loop",
@@ -337,10 +329,26 @@ async def _broker_loop(
         str(_WORKER_PREFETCH),
         "--ready-file",
         str(ready),
-        "--publish",
-        publish,
+        *options,
         env=services.env(),
     )
+    return loop, ready
+
+
+async def _broker_loop(
+    bench: Bench,
+    config: Config,
+    sample_path: Path,
+    calls: CallMaker,
+    *,
+    publish: str,
+    prepublished: bool,
+    label: str = "",
+) -> RunFigure:
+    """The broker-limit loop, driven and counted exactly as the worker is in the same mode,
+    publishing the events of the sample at `sample_path`."""
+    name = f"broker{label}-{publish}" + ("-prepub" if prepublished else "")
+    loop, ready = _broker_loop_child(bench, name, sample_path, "--publish", publish)
     try:
         if not prepublished:
             loop.start()
@@ -356,23 +364,8 @@ async def _latency_floor(
     """The broker-limit loop driven as the worker's latency run is (same rate, warm-up,
     settling, publish to result at this process): the latency the broker and the bench
     alone leave, with no database and no worker code."""
-    services = bench.services
-    ready = bench.workdir / "broker-floor.ready"
-    loop = bench.child(
-        "broker-floor",
-        "bench.broker_loop",
-        "--amqp-url",
-        services.amqp_url,
-        "--prefix",
-        services.amqp_prefix,
-        "--sample",
-        str(sample_path),
-        "--prefetch",
-        str(_WORKER_PREFETCH),
-        "--ready-file",
-        str(ready),
-        env=services.env(),
-    ).start()
+    loop, ready = _broker_loop_child(bench, "broker-floor", sample_path)
+    loop.start()
     try:
         await loop.wait_file(ready)
         figure = await latency_run(
