@@ -20,6 +20,7 @@ import orjson
 from bench.machine import machine_line
 from bench.run import PHASES
 from bench.summary import markdown_table, summary_rows
+from infra.generated_block import replace_block, rewrite_page
 
 __all__ = [
     "BEGIN_MARKER",
@@ -55,11 +56,7 @@ def newest_run_block(results: Mapping[str, Any]) -> str:
 
 def with_newest_run(page: str, results: Mapping[str, Any]) -> str:
     """`page` with the text between the markers replaced by the block of `results`."""
-    before, begin, rest = page.partition(BEGIN_MARKER)
-    _, end, after = rest.partition(END_MARKER)
-    if not begin or not end:
-        raise ValueError(f"the page lacks the markers {BEGIN_MARKER!r} and {END_MARKER!r}")
-    return f"{before}{BEGIN_MARKER}\n{newest_run_block(results)}\n{END_MARKER}{after}"
+    return replace_block(page, BEGIN_MARKER, END_MARKER, newest_run_block(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,19 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="change nothing; exit 1 when the page differs"
     )
     arguments = parser.parse_args(argv)
-    page: Path = arguments.page
-    current = page.read_text(encoding="utf-8")
-    rendered = with_newest_run(current, orjson.loads(arguments.results.read_bytes()))
-    if arguments.check:
-        if rendered != current:
-            print(f"{page}: the newest run's table is out of date: run", file=sys.stderr)
-            print("  python -m bench.results_page", file=sys.stderr)
-            return 1
-        return 0
-    if rendered != current:
-        page.write_text(rendered, encoding="utf-8")
-        print(f"{page}: the newest run's table rewritten from {arguments.results}")
-    return 0
+    results = orjson.loads(arguments.results.read_bytes())
+    return rewrite_page(
+        arguments.page,
+        lambda page: with_newest_run(page, results),
+        check=arguments.check,
+        what="the newest run's table",
+        how="python -m bench.results_page",
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from infra.generated_block import markdown_cell
+
 __all__ = [
     "NOT_JUDGED",
     "TARGETS_AND_FIGURES",
@@ -433,13 +435,10 @@ def text_table(rows: Sequence[Mapping[str, str]]) -> str:
     )
 
 
-def _cell(text: str) -> str:
-    # A pipe would end the cell; a line break would end the row.
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
     """The summary as the results page shows it."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|---|---|---|---|"]
-    lines += ["| " + " | ".join(_cell(row[column]) for column in COLUMNS) + " |" for row in rows]
+    lines += [
+        "| " + " | ".join(markdown_cell(row[column]) for column in COLUMNS) + " |" for row in rows
+    ]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from typing import Final
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from infra.generated_block import markdown_cell, replace_block, rewrite_page
 from infra.settings import Settings, environment_variable
 
 __all__ = [
@@ -43,11 +44,6 @@ def _default(field: FieldInfo) -> str:
     return f"`{default}`"
 
 
-def _cell(text: str) -> str:
-    # A pipe would end the cell; a line break would end the row.
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def settings_table() -> str:
     """The Markdown table of every setting, in the order `Settings` declares them."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
@@ -55,17 +51,13 @@ def settings_table() -> str:
         if not field.description:
             raise ValueError(f"Settings.{name} has no description for the settings table")
         variable = environment_variable(name, field)
-        rows.append(f"| `{variable}` | {_default(field)} | {_cell(field.description)} |")
+        rows.append(f"| `{variable}` | {_default(field)} | {markdown_cell(field.description)} |")
     return "\n".join(rows)
 
 
 def with_settings_table(page: str) -> str:
     """`page` with the text between the markers replaced by the current table."""
-    before, begin, rest = page.partition(BEGIN_MARKER)
-    _, end, after = rest.partition(END_MARKER)
-    if not begin or not end:
-        raise ValueError(f"the page lacks the markers {BEGIN_MARKER!r} and {END_MARKER!r}")
-    return f"{before}{BEGIN_MARKER}\n{settings_table()}\n{END_MARKER}{after}"
+    return replace_block(page, BEGIN_MARKER, END_MARKER, settings_table())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,18 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="change nothing; exit 1 when the page differs"
     )
     arguments = parser.parse_args(argv)
-    page: Path = arguments.page
-    current = page.read_text(encoding="utf-8")
-    rendered = with_settings_table(current)
-    if arguments.check:
-        if rendered != current:
-            print(f"{page}: the settings table is out of date: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    if rendered != current:
-        page.write_text(rendered, encoding="utf-8")
-        print(f"{page}: settings table rewritten")
-    return 0
+    return rewrite_page(
+        arguments.page,
+        with_settings_table,
+        check=arguments.check,
+        what="the settings table",
+        how="`make docs`",
+    )
 
 
 if __name__ == "__main__":
