@@ -41,6 +41,7 @@ from infra.observability import tracing
 from infra.settings import Settings
 from infra.storage.database import database_name
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, SpanKind
+from tests.support.tracing import traced_by
 
 SHARD = 9_100  # a shard of this module's own: no other test consumes it
 
@@ -56,12 +57,8 @@ def bot_tracing(receiver: OtlpReceiver) -> Iterator[TracerProvider]:
     """This process traced as a bot would be, into the receiver; off again afterwards."""
     provider = TracerProvider(resource=Resource.create({"service.name": "test-bot"}))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint)))
-    tracing.use_tracer_provider(provider)
-    try:
+    with traced_by(provider):
         yield provider
-    finally:
-        tracing.use_tracer_provider(None)
-        provider.shutdown()
 
 
 @pytest.fixture(scope="module")

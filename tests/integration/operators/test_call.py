@@ -11,8 +11,6 @@ from contextlib import asynccontextmanager
 import aio_pika
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from contracts import (
@@ -27,10 +25,10 @@ from contracts import (
     result_routing_key,
 )
 from harness.broker import queue_depth
-from infra.observability import tracing
 from infra.settings import Settings
 from ltm.commands.call import call_and_print
 from tests.integration.operators.seeding import tool_call
+from tests.support.tracing import spans_in_memory
 
 # Far below the call's own timeout: an answer that waited for it fails here.
 ANSWER_DEADLINE_S = 10.0
@@ -160,15 +158,8 @@ async def test_success_false_exits_1_and_prints_the_result(
 
 @pytest.fixture
 def traced() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_tracer_provider(provider)
-    try:
+    with spans_in_memory() as exporter:
         yield exporter
-    finally:
-        tracing.use_tracer_provider(None)
-        provider.shutdown()
 
 
 async def test_traced_the_call_starts_a_trace_and_names_it(

@@ -27,6 +27,7 @@ from opentelemetry.semconv.attributes import error_attributes
 
 from infra.observability import tracing
 from infra.observability.logs import configure_logging, get_logger
+from tests.support.tracing import spans_in_memory
 
 ROOT = Path(__file__).resolve().parents[4]
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -35,15 +36,8 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 @pytest.fixture
 def exported() -> Iterator[InMemorySpanExporter]:
     """Tracing on, into memory, for one test."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_tracer_provider(provider)
-    try:
+    with spans_in_memory() as exporter:
         yield exporter
-    finally:
-        tracing.use_tracer_provider(None)
-        provider.shutdown()
 
 
 def _by_name(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:

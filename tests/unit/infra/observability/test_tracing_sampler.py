@@ -8,8 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 
@@ -19,6 +17,7 @@ from infra.observability.tracing_sampler import (
     DEFAULT_SAMPLER_RATIO,
     sampler_from,
 )
+from tests.support.tracing import spans_in_memory
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 SAMPLED = f"00-{TRACE_ID}-b7ad6b7169203331-01"
@@ -99,15 +98,8 @@ def test_what_it_cannot_read_leaves_the_default(env: dict[str, str]) -> None:
 @pytest.fixture
 def exported(request: pytest.FixtureRequest) -> Iterator[InMemorySpanExporter]:
     """Tracing on with the sampler of the test's parameter (a `sampler_from` environment)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler_from(request.param))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_tracer_provider(provider)
-    try:
+    with spans_in_memory(sampler_from(request.param)) as exporter:
         yield exporter
-    finally:
-        tracing.use_tracer_provider(None)
-        provider.shutdown()
 
 
 def _sampled(traceparent: str | None) -> bool:
