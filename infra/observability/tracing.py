@@ -95,7 +95,6 @@ CURRENT: Final = _Current()
 Parent = _Current | str | None
 
 _OFF: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
-_UNSAMPLED: Final[contextlib.nullcontext[None]] = _OFF
 
 
 # -- context in AMQP headers ---------------------------------------------------------------
@@ -228,7 +227,7 @@ def sending_all(
         # The call is not sampled, nor would its child be (parent-based, or the same trace
         # id's ratio): its context alone goes on, and no span is made.
         _inject(*headers)
-        return _UNSAMPLED
+        return _OFF
     return _producer_of_all(tracer, exchange, conversation_id, headers)
 
 
