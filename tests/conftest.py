@@ -6,10 +6,12 @@ Under pytest-xdist (`make test` runs two processes) each process is a test run o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 from harness.services import TestServices, test_services
 from infra.settings import Settings
@@ -59,6 +61,18 @@ def settings(services: TestServices) -> Settings:
 async def database(settings: Settings) -> AsyncIterator[str]:
     """The migrated database's URL (psycopg form)."""
     yield settings.database_url
+
+
+@pytest.fixture(autouse=True)
+def logging_restored() -> Iterator[None]:
+    """Logging as it was before each test: a test that runs `ltm` inside the test process
+    (`main([...])`) configures it for the process, with loggers cached on first use, and
+    `structlog.testing.capture_logs` in a later test would then see nothing."""
+    config = structlog.get_config()
+    handlers = logging.getLogger().handlers[:]
+    yield
+    structlog.configure(**config)
+    logging.getLogger().handlers[:] = handlers
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -66,21 +66,24 @@ async def settle_answers(
     report: ChaosReport,
     timeout: float,
 ) -> None:
-    """Until every call has its recorded answer, replaying dead letters meanwhile; at the
-    deadline the checks count what is still missing."""
+    """Until every call has its recorded answer and no dead letter is left, replaying them
+    meanwhile; at the deadline the checks count what is still missing.
+
+    The dead letters are waited for even once every call is answered: a data request the
+    database outage outlasted is one too, and only its replay does it."""
     dead = _DeadLetters(settings, report)
 
-    async def all_answered() -> bool:
-        if all(answered(harness.collected, call) for call in planned):
-            return True
+    async def settled() -> bool:
         ready = await harness.depth(topology.worker_queue)
-        if ready == 0 and await harness.depth(topology.dead_letter_queue):
+        dead_letters = await harness.depth(topology.dead_letter_queue)
+        if ready == 0 and dead_letters:
             await dead.replay()
-        return False
+            return False
+        return dead_letters == 0 and all(answered(harness.collected, call) for call in planned)
 
     # At the deadline the checks count what is still unanswered as lost.
     with contextlib.suppress(AssertionError):
-        await eventually(all_answered, timeout=timeout, interval=0.5, what="every answer")
+        await eventually(settled, timeout=timeout, interval=0.5, what="every answer")
     report.dead_lettered = len(dead.seen)
 
 

@@ -83,13 +83,16 @@ async def plant(pipeline: Pipeline) -> Planted:
     Bob and updates Alice's; Alice herself teaches the server a fact."""
     world = pipeline.world
     scene = await pipeline.guild()
-    alice_user_id, alice = await world.user(nickname="Ally")
+    # Every name and text carries this plant's mark: a check of the whole database must not
+    # meet the rows another test left there.
+    mark = uuid.uuid4().hex[:8]
+    alice_user_id, alice = await world.user(nickname=f"Ally-{mark}")
     bob_user_id, bob = await world.user(nickname="Bobby")
     await world.member(scene.server, alice, "alice_w", display_name="Alice")
     await world.member(scene.server, bob, "bob_w", display_name="Bob")
     await world.blacklist(scene.server, alice_user_id)
-    mark = uuid.uuid4().hex[:8]
     marks = {
+        "alice_nickname": f"Ally-{mark}",
         "alice_personal": f"alice-secret-{mark}",
         "alice_update": f"alice-secret-changed-{mark}",
         "alice_taught": f"alice-taught-{mark}",
@@ -198,7 +201,7 @@ async def test_an_erasure_of_a_user_forgets_every_store(
     # The server keeps the fact, without its teacher.
     assert planted.marks["alice_taught"] in after
     assert planted.marks["bob_personal"] in after
-    assert "Ally" not in after
+    assert planted.marks["alice_nickname"] not in after
 
     world = pipeline.world
     assert await world.memory(planted.alice_personal) is None
@@ -334,7 +337,11 @@ async def test_the_export_holds_the_user_and_nothing_of_anyone_else(
         "server_memories_taught",
         "tool_calls_triggered",
     }
-    assert dumped["user"] == {"user_id": planted.alice, "user_nickname": "Ally", "privacy_level": 0}
+    assert dumped["user"] == {
+        "user_id": planted.alice,
+        "user_nickname": planted.marks["alice_nickname"],
+        "privacy_level": 0,
+    }
     assert [m["guild_id"] for m in dumped["guild_members"]] == [planted.scene.server.disc_id]
     [memory] = dumped["personal_memories"]
     assert memory["content"] == planted.marks["alice_update"]

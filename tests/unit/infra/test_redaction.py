@@ -9,7 +9,6 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-import structlog
 
 from infra.observability.logs import configure_logging, get_logger
 from infra.redaction import mask_passwords
@@ -65,10 +64,8 @@ def test_masking_twice_changes_nothing_more() -> None:
 def json_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
-    configure_logging("INFO", "json")
+    configure_logging("INFO", "json")  # undone after the test by tests/conftest.py
     yield stream
-    structlog.reset_defaults()
-    logging.getLogger().handlers.clear()
 
 
 def test_log_lines_mask_urls_in_any_field_and_in_errors(json_log: io.StringIO) -> None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from pydantic import BaseModel, ValidationError
 
 from infra.observability.logs import configure_logging, error_summary, get_logger
@@ -23,15 +21,6 @@ class BrokenPipe(io.StringIO):
     def write(self, text: str) -> int:
         self.writes += 1
         raise BrokenPipeError(32, "Broken pipe")
-
-
-@pytest.fixture(autouse=True)
-def logging_restored() -> Iterator[None]:
-    config = structlog.get_config()
-    handlers = logging.getLogger().handlers[:]
-    yield
-    structlog.configure(**config)
-    logging.getLogger().handlers[:] = handlers
 
 
 def test_a_broken_pipe_drops_the_lines_and_raises_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

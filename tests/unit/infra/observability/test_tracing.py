@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -371,15 +370,11 @@ def test_log_lines_within_a_span_carry_its_ids(
 ) -> None:
     stderr = io.StringIO()
     monkeypatch.setattr("sys.stderr", stderr)
-    config = structlog.get_config()
-    try:
-        configure_logging("INFO", "json")
-        log = get_logger("test")
-        with tracing.posting("POST", "/x", channel_id="1") as span:
-            log.info("inside", tool_call_id="c-1")
-        log.info("outside")
-    finally:
-        structlog.configure(**config)
+    configure_logging("INFO", "json")  # undone after the test by tests/conftest.py
+    log = get_logger("test")
+    with tracing.posting("POST", "/x", channel_id="1") as span:
+        log.info("inside", tool_call_id="c-1")
+    log.info("outside")
     inside, outside = (json.loads(line) for line in stderr.getvalue().splitlines())
     assert span is not None
     context = span.get_span_context()
