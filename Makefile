@@ -45,10 +45,9 @@ chat: install check-services
 	@$(BIN)/python -m examples.chat
 
 # Each test run makes its own database and broker virtual host, and removes them after.
-# TEST_PROCESSES=2 shares the modules between two such runs (tests/support/scheduling.py):
-# 11:25 against 17:00 on 2 cores, but some tests still read rows other modules left in the
-# same database (see docs/development.md), so one process stays the default.
-TEST_PROCESSES ?= 0
+# Two pytest processes share the modules, each a test run of its own (tests/support/scheduling.py);
+# TEST_PROCESSES=0 runs the suite in this process alone.
+TEST_PROCESSES ?= 2
 
 test: install check-services
 	$(BIN)/pytest -q --numprocesses=$(TEST_PROCESSES) --dist=loadscope --durations=15

@@ -72,6 +72,9 @@ async def test_sigkill_between_commit_and_ack_applies_once_and_still_answers(
     persona = await world.persona(server)
     [memory_id] = await _memories(world, persona, 1)
     [call] = _updates(persona, [memory_id], 1)
+    # The doomed worker dies at the first call it takes: it must be this one, not a call an
+    # earlier module's test left in the run's work queue.
+    await (await channel.declare_queue(topology.worker_queue, passive=True)).purge()
     async with tap_events(channel, topology.events_exchange) as tap:
         with new_worker(services, tmp_path, "doomed", LTM_FAILPOINTS=failpoint) as doomed:
             await doomed.wait_ready_async()
