@@ -9,16 +9,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from statistics import median
 from typing import Any, TypeVar
 
-from bench.system import RunFigure
+from bench.system import LatencyFigure, RunFigure
 
-__all__ = ["Contender", "paired_rounds", "rounds_against", "say", "turn_order"]
+__all__ = [
+    "Contender",
+    "LatencyContender",
+    "latency_rounds",
+    "median_percentiles",
+    "paired_rounds",
+    "rounds_against",
+    "say",
+    "turn_order",
+]
 
 T = TypeVar("T")
 
 # A run of one round (its number given): a worker, or the broker-limit loop.
 Contender = Callable[[int], Awaitable[RunFigure]]
+# A latency run of one round (its number given), at a fixed rate.
+LatencyContender = Callable[[int], Awaitable[LatencyFigure]]
+PERCENTILES = ("p50_ms", "p95_ms", "p99_ms")
 
 
 def say(text: str) -> None:
@@ -78,3 +91,29 @@ async def rounds_against(
             + ", ".join(f"{name} {ratio:.2f}" for name, ratio in ratios.items())
         )
     return kept
+
+
+async def latency_rounds(
+    rounds: int, contenders: Sequence[tuple[str, LatencyContender]]
+) -> list[dict[str, Any]]:
+    """Each round runs every contender's latency run once, the order turning round each round,
+    and keeps their figures. One 10-second run's p99 is its worst 1 %: a single pause of the
+    machine moves it threefold, so percentiles are compared as medians of rounds."""
+    kept: list[dict[str, Any]] = []
+    for number in range(1, rounds + 1):
+        run: dict[str, Any] = {}
+        for name, contender in turn_order(contenders, number):
+            figure = await contender(number)
+            run[name] = figure.as_dict()
+            say(
+                f"  round {number}, {name} at {figure.offered_rate:.0f}/s: p50 "
+                f"{figure.p50_ms:.1f} ms, p95 {figure.p95_ms:.1f} ms, p99 {figure.p99_ms:.1f} ms"
+                f"{f' ({figure.failures} failed)' if figure.failures else ''}"
+            )
+        kept.append(run)
+    return kept
+
+
+def median_percentiles(rounds: Sequence[Mapping[str, Any]], name: str) -> dict[str, float]:
+    """`p50_ms`, `p95_ms`, `p99_ms` of contender `name`: each the median of the rounds'."""
+    return {key: round(median(r[name][key] for r in rounds), 2) for key in PERCENTILES}

@@ -17,14 +17,16 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    is taken on its own, and `ratio_vs_broker` is their median (the figures, medians too).
 4. `broker_limit_aiormq_tps`, the same loop on aiormq with `wait=False`, the AMQP path the
    worker itself takes; `broker_limit_prepublished_tps` and `throughput_prepublished`, the
-   loop and a worker each on a queue filled before it starts.
+   loop and a fresh worker each on a queue filled before it starts, in rounds as in 3
+   (`ratio_vs_broker_prepublished` the median of the rounds').
 5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker,
-   after its warm-up, once the machine has settled (`bench.machine.settle`); then the floor
+   after its warm-up, once the machine has settled (`bench.machine.settle`); and the floor
    (`latency_floor_p50_ms` … `_p99_ms`): the broker loop of 3 driven the same way, at the same
-   rate: what the broker and the bench alone leave of the tail.
+   rate: what the broker and the bench alone leave of the tail. In rounds, the two taking
+   turns; each percentile is the median of the rounds'.
 5b. The same two figures for the create tool (`create_throughput`, `create_ratio_vs_broker`
    against the broker loop publishing a creation's events; `create_p50_ms` … `create_p99_ms`),
-   against the same targets: each call saves a new server memory in a server kept for the
+   against the same targets (the latency in rounds too): each call saves a new server memory in a server kept for the
    creations (`--create-servers` of them, each holding `--create-seeded` memories before a
    run, so that a run's creations stay under the limit; what they saved is removed between
    runs).
@@ -99,7 +101,14 @@ from bench.amqp import CallPublisher, ResultCounter, declare
 from bench.cluster import ClusterPlan, cluster_rows, measure_cluster
 from bench.machine import describe, machine_line
 from bench.processes import Child
-from bench.rounds import Contender, paired_rounds, rounds_against, say
+from bench.rounds import (
+    Contender,
+    latency_rounds,
+    median_percentiles,
+    paired_rounds,
+    rounds_against,
+    say,
+)
 from bench.samples import Sample, capture
 from bench.scaling import ScalingPlan, measure_scaling, scaling_rows
 from bench.services import BenchServices, bench_services
@@ -516,8 +525,11 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             run_calls: CallMaker,
             database_url: str | None = None,
             env: Mapping[str, str] | None = None,
+            *,
+            prepublished: bool = False,
         ) -> Contender:
-            """A contender of `paired_rounds`: a fresh worker each round, its peak RSS kept."""
+            """A contender of `paired_rounds`: a fresh worker each round, its peak RSS kept.
+            `prepublished`: started on a queue filled before it (a backlog)."""
 
             async def run(number: int) -> RunFigure:
                 figure, peak = await worker_run(
@@ -525,7 +537,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     config,
                     run_calls,
                     f"worker-{label}-{number}",
-                    prepublished=False,
+                    prepublished=prepublished,
                     database_url=database_url,
                     env=env,
                 )
@@ -569,55 +581,60 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("prepublished"):
             async with phases.phase("prepublished"):
                 assert sample is not None, "no sample events"
-                figure = await _broker_loop(
-                    bench, config, sample_path, updates, publish="aio-pika", prepublished=True
+
+                async def backlog_loop_run(number: int) -> RunFigure:
+                    return await _broker_loop(
+                        bench, config, sample_path, updates, publish="aio-pika", prepublished=True
+                    )
+
+                # In rounds, as the steady throughput: one pair of runs on this machine ranged
+                # from 0.67 to 0.86 within minutes.
+                rounds = await paired_rounds(
+                    config.rounds,
+                    ("worker", fresh_workers("backlog", updates, prepublished=True)),
+                    ("broker_limit", backlog_loop_run),
                 )
-                details["broker_limit_prepublished"] = figure.as_dict()
-                results["broker_limit_prepublished_tps"] = round(figure.tps, 1)
-                figure, peak = await worker_run(
-                    bench, config, updates, "worker-prepublished", prepublished=True
+                details["backlog_rounds"] = rounds
+                results["broker_limit_prepublished_tps"] = round(
+                    median(r["broker_limit"]["tps"] for r in rounds), 1
                 )
-                rss.append(peak)
-                details["throughput_prepublished"] = figure.as_dict()
-                results["throughput_prepublished"] = round(figure.tps, 1)
-                say(
-                    f"  on a full queue: broker loop {results['broker_limit_prepublished_tps']:.0f}"
-                    f" calls/s, worker {figure.tps:.0f} calls/s"
+                results["throughput_prepublished"] = round(
+                    median(r["worker"]["tps"] for r in rounds), 1
+                )
+                results["ratio_vs_broker_prepublished"] = round(
+                    median(r["ratio"] for r in rounds), 3
                 )
 
         if phases.wanted("latency"):
             async with phases.phase("latency"):
-                worker = await start_worker(bench, "worker-latency")
-                latency = await latency_run(
-                    bench,
-                    updates,
-                    rate=config.latency_rate,
-                    seconds=config.latency_seconds,
-                    warmup=config.warmup,
-                    timeout=run_timeout(int(config.latency_rate * config.latency_seconds)),
-                )
-                details["latency"] = latency.as_dict()
-                results["p50_ms"] = round(latency.p50_ms, 2)
-                results["p95_ms"] = round(latency.p95_ms, 2)
-                results["p99_ms"] = round(latency.p99_ms, 2)
-                say(
-                    f"  latency at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
-                    f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
-                    f"(after {latency.settled.waited_s:.1f}s settling"
-                    f"{'' if latency.settled.quiet else ', never quiet'})"
-                )
-                rss.append(worker.peak_rss_mb())
-                await worker.terminate()
-                # The floor, in the same run: what the worker's tail is held against.
                 assert sample is not None, "no sample events"
-                floor = await _latency_floor(bench, config, sample_path, updates)
-                details["latency_floor"] = floor.as_dict()
-                results["latency_floor_p50_ms"] = round(floor.p50_ms, 2)
-                results["latency_floor_p95_ms"] = round(floor.p95_ms, 2)
-                results["latency_floor_p99_ms"] = round(floor.p99_ms, 2)
-                say(
-                    f"  the floor (broker loop) at {floor.offered_rate:.0f}/s: p50 "
-                    f"{floor.p50_ms:.1f} ms, p95 {floor.p95_ms:.1f} ms, p99 {floor.p99_ms:.1f} ms"
+
+                async def updates_latency(number: int) -> LatencyFigure:
+                    figure, peak = await worker_latency(
+                        bench,
+                        updates,
+                        f"worker-latency-{number}",
+                        rate=config.latency_rate,
+                        seconds=config.latency_seconds,
+                        warmup=config.warmup,
+                    )
+                    rss.append(peak)
+                    return figure
+
+                async def floor_latency(number: int) -> LatencyFigure:
+                    return await _latency_floor(bench, config, sample_path, updates)
+
+                # The floor, in the same rounds: what the worker's tail is held against.
+                rounds = await latency_rounds(
+                    config.rounds, (("worker", updates_latency), ("floor", floor_latency))
+                )
+                details["latency_rounds"] = rounds
+                results.update(median_percentiles(rounds, "worker"))
+                results.update(
+                    {
+                        f"latency_floor_{key}": value
+                        for key, value in median_percentiles(rounds, "floor").items()
+                    }
                 )
 
         if phases.wanted("tracing"):
@@ -758,26 +775,28 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("create_latency"):
             async with phases.phase("create_latency"):
                 assert creations is not None
-                worker = await start_worker(bench, "worker-latency-create")
-                latency = await latency_run(
-                    bench,
-                    creations,
-                    rate=config.latency_rate,
-                    seconds=config.latency_seconds,
-                    warmup=config.warmup,
-                    timeout=run_timeout(int(config.latency_rate * config.latency_seconds)),
+                creating = creations
+
+                async def creations_latency(number: int) -> LatencyFigure:
+                    figure, peak = await worker_latency(
+                        bench,
+                        creating,
+                        f"worker-latency-create-{number}",
+                        rate=config.latency_rate,
+                        seconds=config.latency_seconds,
+                        warmup=config.warmup,
+                    )
+                    rss.append(peak)
+                    return figure
+
+                rounds = await latency_rounds(config.rounds, (("worker", creations_latency),))
+                details["create_latency_rounds"] = rounds
+                results.update(
+                    {
+                        f"create_{key}": value
+                        for key, value in median_percentiles(rounds, "worker").items()
+                    }
                 )
-                details["create_latency"] = latency.as_dict()
-                results["create_p50_ms"] = round(latency.p50_ms, 2)
-                results["create_p95_ms"] = round(latency.p95_ms, 2)
-                results["create_p99_ms"] = round(latency.p99_ms, 2)
-                say(
-                    f"  creations at {latency.offered_rate:.0f}/s: p50 {latency.p50_ms:.1f} ms, "
-                    f"p95 {latency.p95_ms:.1f} ms, p99 {latency.p99_ms:.1f} ms "
-                    f"({latency.failures} not saved)"
-                )
-                rss.append(worker.peak_rss_mb())
-                await worker.terminate()
 
         if config.big_memories > 0 and phases.wanted("cost_1m_vs_10k"):
             async with phases.phase("cost_1m_vs_10k"):
@@ -877,15 +896,10 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 child.kill()
         await connection.close()
 
-    # Each ratio divides figures measured the same way: calls published during the run, or
-    # a full queue before the consumer starts.
+    # Each ratio divides figures measured the same way (calls published during the run); the
+    # ratios of rounds are their medians, set by their phases.
     for key, numerator, denominator in (
         ("ratio_vs_broker_aiormq", "throughput", "broker_limit_aiormq_tps"),
-        (
-            "ratio_vs_broker_prepublished",
-            "throughput_prepublished",
-            "broker_limit_prepublished_tps",
-        ),
         ("ratio_vs_peer", "throughput", "peer_tps"),
     ):
         if results.get(numerator) and results.get(denominator):
