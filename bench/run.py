@@ -26,10 +26,10 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    turns; each percentile is the median of the rounds'.
 5b. The same two figures for the create tool (`create_throughput`, `create_ratio_vs_broker`
    against the broker loop publishing a creation's events; `create_p50_ms` … `create_p99_ms`),
-   against the same targets (the latency in rounds too): each call saves a new server memory in a server kept for the
-   creations (`--create-servers` of them, each holding `--create-seeded` memories before a
-   run, so that a run's creations stay under the limit; what they saved is removed between
-   runs).
+   against the same targets (the latency in rounds too): each call saves a new server memory
+   in a server kept for the creations (`--create-servers` of them, each holding
+   `--create-seeded` memories before a run, so that a run's creations stay under the limit;
+   what they saved is removed between runs).
 5c. Tracing off, at the default sampling, and with every call sampled, side by side
    (`tracing_off_tps`, `tracing_default_tps`, `tracing_on_tps` in rounds as in 3;
    `tracing_default_vs_off` and `tracing_on_vs_off`, each round's ratio, the median; then
@@ -69,11 +69,12 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
 7. `rss_mb`: the highest peak RSS (VmHWM) of all the worker processes of the run with tracing
    off; `tracing_on_rss_mb`, that of the traced ones (the SDK and its exporter loaded).
 
-Prints a table of every figure with its target, then the summary (`bench.summary`: figure,
-measured, target, met yes / no / –; a missed target does not fail the run), and writes
-`bench/results.json` with `targets`, `summary` and the machine's description; the results
-page's table of the newest run is made from it (`bench.results_page`). Exit status 1 only when
-a phase could not be measured.
+Prints a table of the raw figures (each result's key and its value; no target, no met), then
+the summary (`bench.summary`: figure, measured, target, met yes / no / –; the targets are
+judged there only, and a missed target does not fail the run), and writes `bench/results.json`
+with `targets`, `summary` and the machine's description; the results page's table of the
+newest run is made from it (`bench.results_page`). Exit status 1 only when a phase could not
+be measured.
 """
 
 from __future__ import annotations
@@ -929,182 +930,90 @@ def _fmt(value: Any, unit: str = "") -> str:
 
 
 def render_table(results: dict[str, Any]) -> str:
+    """The raw figures of a run, one row each (its key, with what it is, and its value), under
+    a line of the machine; then the failed phases and where the logs are. The targets and
+    whether each was met are the summary's (`bench.summary`), printed after this table."""
     machine = results.get("machine", {})
-    targets = results.get("targets", {})
 
-    def verdict(key: str) -> str:
-        met = targets.get(key, {}).get("met")
-        return "-" if met is None else ("met" if met else "NOT MET")
+    def value(key: str, unit: str = "") -> str:
+        return _fmt(results.get(key), unit)
 
-    def target(key: str) -> str:
-        return str(targets.get(key, {}).get("target", ""))
+    def side_by_side(keys: Sequence[str], unit: str) -> str:
+        return " | ".join(_fmt(results.get(key)) for key in keys) + unit
 
-    broker = results.get("broker_limit_tps")
-    peer = results.get("peer_tps")
-    rows: list[tuple[str, str, str, str]] = [
-        ("db_limit_tps (1 client)", _fmt(results.get("db_limit_tps"), " /s"), "", ""),
-        ("db_limit_tps_4 (4 clients)", _fmt(results.get("db_limit_tps_4"), " /s"), "", ""),
-        ("db_limit_tps_16 (16 clients)", _fmt(results.get("db_limit_tps_16"), " /s"), "", ""),
-        (
-            "db_limit_batched_tps (2 x batch)",
-            _fmt(results.get("db_limit_batched_tps"), " /s"),
-            "",
-            "",
-        ),
-        ("broker_limit_tps (aio-pika loop)", _fmt(broker, " /s"), "", ""),
-        (
-            "broker_limit_aiormq_tps (aiormq loop)",
-            _fmt(results.get("broker_limit_aiormq_tps"), " /s"),
-            "",
-            "",
-        ),
+    rows: list[tuple[str, str]] = [
+        ("db_limit_tps (1 client)", value("db_limit_tps", " /s")),
+        ("db_limit_tps_4 (4 clients)", value("db_limit_tps_4", " /s")),
+        ("db_limit_tps_16 (16 clients)", value("db_limit_tps_16", " /s")),
+        ("db_limit_batched_tps (2 x batch)", value("db_limit_batched_tps", " /s")),
+        ("broker_limit_tps (aio-pika loop)", value("broker_limit_tps", " /s")),
+        ("broker_limit_aiormq_tps (aiormq loop)", value("broker_limit_aiormq_tps", " /s")),
         (
             "broker_limit_prepublished_tps (full queue)",
-            _fmt(results.get("broker_limit_prepublished_tps"), " /s"),
-            "",
-            "",
+            value("broker_limit_prepublished_tps", " /s"),
         ),
-        ("peer_tps (FastStream)", _fmt(peer, " /s"), "", ""),
-        ("throughput (worker)", _fmt(results.get("throughput"), " /s"), "", ""),
-        ("throughput_prepublished", _fmt(results.get("throughput_prepublished"), " /s"), "", ""),
-        (
-            "ratio_vs_broker",
-            _fmt(results.get("ratio_vs_broker")),
-            target("ratio_vs_broker")
-            + (f" ({0.75 * broker:,.0f} /s)" if isinstance(broker, float) else ""),
-            verdict("ratio_vs_broker"),
-        ),
-        ("ratio_vs_broker_aiormq", _fmt(results.get("ratio_vs_broker_aiormq")), "", ""),
-        (
-            "ratio_vs_broker_prepublished",
-            _fmt(results.get("ratio_vs_broker_prepublished")),
-            target("ratio_vs_broker_prepublished"),
-            verdict("ratio_vs_broker_prepublished"),
-        ),
-        (
-            "ratio_vs_peer",
-            _fmt(results.get("ratio_vs_peer")),
-            target("ratio_vs_peer") + (f" ({2 * peer:,.0f} /s)" if isinstance(peer, float) else ""),
-            verdict("ratio_vs_peer"),
-        ),
-        ("p50_ms", _fmt(results.get("p50_ms"), " ms"), "", ""),
-        ("p95_ms", _fmt(results.get("p95_ms"), " ms"), "", ""),
-        ("p99_ms", _fmt(results.get("p99_ms"), " ms"), target("p99_ms"), verdict("p99_ms")),
+        ("peer_tps (FastStream)", value("peer_tps", " /s")),
+        ("throughput (worker)", value("throughput", " /s")),
+        ("throughput_prepublished", value("throughput_prepublished", " /s")),
+        ("ratio_vs_broker", value("ratio_vs_broker")),
+        ("ratio_vs_broker_aiormq", value("ratio_vs_broker_aiormq")),
+        ("ratio_vs_broker_prepublished", value("ratio_vs_broker_prepublished")),
+        ("ratio_vs_peer", value("ratio_vs_peer")),
+        ("p50_ms", value("p50_ms", " ms")),
+        ("p95_ms", value("p95_ms", " ms")),
+        ("p99_ms", value("p99_ms", " ms")),
         (
             "latency_floor p50 | p99 (broker loop, same rate)",
-            f"{_fmt(results.get('latency_floor_p50_ms'))} | "
-            f"{_fmt(results.get('latency_floor_p99_ms'), ' ms')}",
-            target("p99_vs_floor"),
-            verdict("p99_vs_floor"),
+            side_by_side(("latency_floor_p50_ms", "latency_floor_p99_ms"), " ms"),
         ),
         # Tracing off and on side by side, measured alike and in turns.
         (
             "tracing off | default | on: throughput",
-            f"{_fmt(results.get('tracing_off_tps'))} | "
-            f"{_fmt(results.get('tracing_default_tps'))} | "
-            f"{_fmt(results.get('tracing_on_tps'), ' /s')}",
-            "",
-            "",
+            side_by_side(("tracing_off_tps", "tracing_default_tps", "tracing_on_tps"), " /s"),
         ),
-        (
-            "tracing_default_vs_off (throughput)",
-            _fmt(results.get("tracing_default_vs_off")),
-            target("tracing_default_vs_off"),
-            verdict("tracing_default_vs_off"),
-        ),
-        (
-            "tracing_on_vs_off (every call sampled)",
-            _fmt(results.get("tracing_on_vs_off")),
-            target("tracing_on_vs_off"),
-            verdict("tracing_on_vs_off"),
-        ),
-        (
-            "seen 25 | none: throughput",
-            f"{_fmt(results.get('seen_25_tps'))} | {_fmt(results.get('none_tps'), ' /s')}",
-            "",
-            "",
-        ),
-        (
-            "seen_25_vs_none_throughput",
-            _fmt(results.get("seen_25_vs_none_throughput")),
-            "",
-            "",
-        ),
-        (
-            "seen 25 | none: p50",
-            f"{_fmt(results.get('seen_25_p50_ms'))} | {_fmt(results.get('none_p50_ms'), ' ms')}",
-            "",
-            "",
-        ),
-        (
-            "seen 25 | none: p99",
-            f"{_fmt(results.get('seen_25_p99_ms'))} | {_fmt(results.get('none_p99_ms'), ' ms')}",
-            "",
-            "",
-        ),
+        ("tracing_default_vs_off (throughput)", value("tracing_default_vs_off")),
+        ("tracing_on_vs_off (every call sampled)", value("tracing_on_vs_off")),
+        ("seen 25 | none: throughput", side_by_side(("seen_25_tps", "none_tps"), " /s")),
+        ("seen_25_vs_none_throughput", value("seen_25_vs_none_throughput")),
+        ("seen 25 | none: p50", side_by_side(("seen_25_p50_ms", "none_p50_ms"), " ms")),
+        ("seen 25 | none: p99", side_by_side(("seen_25_p99_ms", "none_p99_ms"), " ms")),
         (
             "tracing off | default | on: p50",
-            f"{_fmt(results.get('tracing_off_p50_ms'))} | "
-            f"{_fmt(results.get('tracing_default_p50_ms'))} | "
-            f"{_fmt(results.get('tracing_on_p50_ms'), ' ms')}",
-            "",
-            "",
+            side_by_side(
+                ("tracing_off_p50_ms", "tracing_default_p50_ms", "tracing_on_p50_ms"), " ms"
+            ),
         ),
         (
             "tracing off | default | on: p99",
-            f"{_fmt(results.get('tracing_off_p99_ms'))} | "
-            f"{_fmt(results.get('tracing_default_p99_ms'))} | "
-            f"{_fmt(results.get('tracing_on_p99_ms'), ' ms')}",
-            target("tracing_off_p99_ms"),
-            verdict("tracing_off_p99_ms"),
+            side_by_side(
+                ("tracing_off_p99_ms", "tracing_default_p99_ms", "tracing_on_p99_ms"), " ms"
+            ),
         ),
         (
             "create_broker_limit_tps (loop, a creation's events)",
-            _fmt(results.get("create_broker_limit_tps"), " /s"),
-            "",
-            "",
+            value("create_broker_limit_tps", " /s"),
         ),
-        ("create_throughput (worker)", _fmt(results.get("create_throughput"), " /s"), "", ""),
-        (
-            "create_ratio_vs_broker",
-            _fmt(results.get("create_ratio_vs_broker")),
-            target("create_ratio_vs_broker"),
-            verdict("create_ratio_vs_broker"),
-        ),
-        ("create_p50_ms", _fmt(results.get("create_p50_ms"), " ms"), "", ""),
-        ("create_p95_ms", _fmt(results.get("create_p95_ms"), " ms"), "", ""),
-        (
-            "create_p99_ms",
-            _fmt(results.get("create_p99_ms"), " ms"),
-            target("create_p99_ms"),
-            verdict("create_p99_ms"),
-        ),
+        ("create_throughput (worker)", value("create_throughput", " /s")),
+        ("create_ratio_vs_broker", value("create_ratio_vs_broker")),
+        ("create_p50_ms", value("create_p50_ms", " ms")),
+        ("create_p95_ms", value("create_p95_ms", " ms")),
+        ("create_p99_ms", value("create_p99_ms", " ms")),
         *scaling_rows(results),
         *cluster_rows(results),
-        (
-            f"{erasure.ERASURE_KEY} (one user)",
-            _fmt(results.get(erasure.ERASURE_KEY), " s"),
-            "",
-            "",
-        ),
-        ("rss_mb", _fmt(results.get("rss_mb"), " MB"), target("rss_mb"), verdict("rss_mb")),
-        ("tracing_on_rss_mb", _fmt(results.get("tracing_on_rss_mb"), " MB"), "", ""),
-        (
-            "cost_1m_vs_10k",
-            _fmt(results.get("cost_1m_vs_10k"), " x"),
-            target("cost_1m_vs_10k"),
-            verdict("cost_1m_vs_10k"),
-        ),
+        (f"{erasure.ERASURE_KEY} (one user)", value(erasure.ERASURE_KEY, " s")),
+        ("rss_mb", value("rss_mb", " MB")),
+        ("tracing_on_rss_mb", value("tracing_on_rss_mb", " MB")),
+        ("cost_1m_vs_10k", value("cost_1m_vs_10k", " x")),
     ]
-    header = ("figure", "measured", "target", "")
-    widths = [max(len(row[i]) for row in (*rows, header)) for i in range(4)]
+    header = ("figure", "measured")
+    width = max(len(label) for label, _ in (*rows, header))
     lines = [
         f"LTM bench, {machine_line(machine)}",
         "",
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)).rstrip(),
-        "  ".join("-" * width for width in widths),
+        f"{header[0].ljust(width)}  {header[1]}",
+        f"{'-' * width}  {'-' * max(len(shown) for _, shown in (*rows, header))}",
     ]
-    lines += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in rows]
+    lines += [f"{label.ljust(width)}  {shown}".rstrip() for label, shown in rows]
     load = machine.get("load_average_at_start") or [0.0]
     if load[0] > 1.0:
         lines.append(
@@ -1112,10 +1021,6 @@ def render_table(results: dict[str, Any]) -> str:
             f"shares these {machine.get('nproc', '?')} cores, so the figures are lower than on "
             "a quiet machine"
         )
-    rounds = results.get("details", {}).get("throughput_rounds") or []
-    if rounds:
-        ratios = ", ".join(f"{r['ratio']:.2f}" for r in rounds)
-        lines.append(f"ratio_vs_broker is the median of its rounds: {ratios}")
     errors = results.get("errors") or {}
     for name, error in errors.items():
         lines.append(f"phase {name} failed: {error.splitlines()[0] if error else ''}")

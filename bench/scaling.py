@@ -273,18 +273,17 @@ def fixed_rate_figures(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dic
     return figures
 
 
-def scaling_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    """The printed table's rows: the rates side by side, then one CPU split a worker count."""
+def scaling_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The raw table's rows (figure, measured): the rates side by side, then one CPU split a
+    worker count. The targets are the summary's (`bench.summary`)."""
     rates: Mapping[str, float] = results.get("scaling_tps") or {}
     if not rates:
-        return [("scaling (1 | 2 | 4 workers)", "-", "", "")]
+        return [("scaling (1 | 2 | 4 workers)", "-")]
     counts = " | ".join(rates)
     rows = [
         (
             f"scaling: {counts} workers",
             " | ".join(f"{rate:,.0f}" for rate in rates.values()) + " /s",
-            "",
-            "",
         )
     ]
     versus: Mapping[str, float] = results.get("scaling_vs_1") or {}
@@ -293,8 +292,6 @@ def scaling_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
             (
                 f"scaling_vs_1: {' | '.join(versus)} workers",
                 " | ".join(f"{ratio:.2f}" for ratio in versus.values()),
-                "",
-                "",
             )
         )
     busy: Mapping[str, float] = results.get("scaling_busy_share") or {}
@@ -304,8 +301,6 @@ def scaling_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
             (
                 f"CPU ms/call, {key} worker(s): total ({busy.get(key, 0.0):.0%} of the cores)",
                 f"{split['total']:.2f} ({parts})",
-                "",
-                "",
             )
         )
     rate = results.get("scaling_fixed_rate_per_s")
@@ -318,11 +313,9 @@ def scaling_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"CPU ms/call at {rate:g}/s, {key} worker(s): total",
                 f"{split['total']:.2f} ({parts})"
                 + ("" if cost is None else f"; broker + database {cost:.2f} x one worker's"),
-                "",
-                "",
             )
         )
     idle = results.get("idle_worker_core_share")
     if idle is not None:
-        rows.append(("idle_worker_core_share (one worker, no calls)", f"{idle:.2%}", "", ""))
+        rows.append(("idle_worker_core_share (one worker, no calls)", f"{idle:.2%}"))
     return rows

@@ -42,20 +42,20 @@ def test_the_figures_are_the_rounds_medians_and_the_ratio_is_taken_within_each_r
     }
 
 
-def test_the_ratio_is_reported_without_a_target() -> None:
+def test_the_rows_are_figure_and_measured_only_the_ratio_without_a_target() -> None:
     rows = cluster_rows(cluster_figures(ROUNDS, LATENCIES))
 
-    assert rows[0][1] == "600.0 | 300.0 /s"
+    assert rows[0] == ("single node | 3-node cluster: throughput", "600.0 | 300.0 /s")
     assert rows[1][1] == "9.9 | 31.5 ms"
-    assert rows[2][1:] == ("0.50", "none: reported", "reported")
+    assert rows[2] == ("cluster_ratio (3 replicas, one machine)", "0.50")
+    assert all(len(row) == 2 for row in rows)
 
 
 def test_a_run_without_the_phase_shows_dashes() -> None:
     rows = cluster_rows({})
 
     assert rows[0][1] == "- | - /s"
-    assert rows[2][1] == "-"
-    assert rows[2][3] == "-"
+    assert rows[2] == ("cluster_ratio (3 replicas, one machine)", "-")
 
 
 def test_the_tail_at_the_targets_rate_is_named_by_the_rate() -> None:
