@@ -45,9 +45,11 @@ chat: install check-services
 	@$(BIN)/python -m examples.chat
 
 # Each test run makes its own database and broker virtual host, and removes them after.
-# Two pytest processes share the modules, each a test run of its own (tests/support/scheduling.py);
-# TEST_PROCESSES=0 runs the suite in this process alone.
-TEST_PROCESSES ?= 2
+# TEST_PROCESSES=2 shares the modules between two such runs (tests/support/scheduling.py):
+# about 6 minutes instead of 10:30 on 2 cores, but the short chaos run, slowed threefold
+# beside the other process, has twice left an erasure not done there (docs/development.md),
+# so one process stays the default until that is understood.
+TEST_PROCESSES ?= 0
 
 test: install check-services
 	$(BIN)/pytest -q --numprocesses=$(TEST_PROCESSES) --dist=loadscope --durations=15
