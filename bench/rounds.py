@@ -114,6 +114,9 @@ async def latency_rounds(
     return kept
 
 
-def median_percentiles(rounds: Sequence[Mapping[str, Any]], name: str) -> dict[str, float]:
-    """`p50_ms`, `p95_ms`, `p99_ms` of contender `name`: each the median of the rounds'."""
-    return {key: round(median(r[name][key] for r in rounds), 2) for key in PERCENTILES}
+def median_percentiles(
+    rounds: Sequence[Mapping[str, Any]], name: str, *, prefix: str = ""
+) -> dict[str, float]:
+    """`p50_ms`, `p95_ms`, `p99_ms` of contender `name` (their keys after `prefix`): each the
+    median of the rounds'."""
+    return {f"{prefix}{key}": round(median(r[name][key] for r in rounds), 2) for key in PERCENTILES}

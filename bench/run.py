@@ -104,6 +104,7 @@ from bench.machine import describe, machine_line
 from bench.processes import Child
 from bench.rounds import (
     Contender,
+    LatencyContender,
     latency_rounds,
     median_percentiles,
     paired_rounds,
@@ -547,6 +548,26 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
             return run
 
+        def fresh_latency(
+            label: str, run_calls: CallMaker, env: Mapping[str, str] | None = None
+        ) -> LatencyContender:
+            """A contender of `latency_rounds`: a fresh worker each round, its peak RSS kept."""
+
+            async def run(number: int) -> LatencyFigure:
+                figure, peak = await worker_latency(
+                    bench,
+                    run_calls,
+                    f"worker-{label}-{number}",
+                    rate=config.latency_rate,
+                    seconds=config.latency_seconds,
+                    warmup=config.warmup,
+                    env=env,
+                )
+                (rss_traced if label.startswith("traced") else rss).append(peak)
+                return figure
+
+            return run
+
         if phases.wanted("throughput"):
             async with phases.phase("throughput"):
                 assert sample is not None, "no sample events"
@@ -610,33 +631,17 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             async with phases.phase("latency"):
                 assert sample is not None, "no sample events"
 
-                async def updates_latency(number: int) -> LatencyFigure:
-                    figure, peak = await worker_latency(
-                        bench,
-                        updates,
-                        f"worker-latency-{number}",
-                        rate=config.latency_rate,
-                        seconds=config.latency_seconds,
-                        warmup=config.warmup,
-                    )
-                    rss.append(peak)
-                    return figure
-
                 async def floor_latency(number: int) -> LatencyFigure:
                     return await _latency_floor(bench, config, sample_path, updates)
 
                 # The floor, in the same rounds: what the worker's tail is held against.
                 rounds = await latency_rounds(
-                    config.rounds, (("worker", updates_latency), ("floor", floor_latency))
+                    config.rounds,
+                    (("worker", fresh_latency("latency", updates)), ("floor", floor_latency)),
                 )
                 details["latency_rounds"] = rounds
                 results.update(median_percentiles(rounds, "worker"))
-                results.update(
-                    {
-                        f"latency_floor_{key}": value
-                        for key, value in median_percentiles(rounds, "floor").items()
-                    }
-                )
+                results.update(median_percentiles(rounds, "floor", prefix="latency_floor_"))
 
         if phases.wanted("tracing"):
             async with phases.phase("tracing"), SpanSink() as default_sink, SpanSink() as sink:
@@ -670,16 +675,8 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     )
                 latencies: dict[str, dict[str, Any]] = {}
                 for label, env in tracings.items():
-                    latency, peak = await worker_latency(
-                        bench,
-                        updates,
-                        f"worker-latency-{label}",
-                        rate=config.latency_rate,
-                        seconds=config.latency_seconds,
-                        warmup=config.warmup,
-                        env=env,
-                    )
-                    (rss if label == "off" else rss_traced).append(peak)
+                    name = "latency-off" if label == "off" else f"traced-latency-{label}"
+                    latency = await fresh_latency(name, updates, env)(1)
                     latencies[label] = latency.as_dict()
                     results[f"tracing_{label}_p50_ms"] = round(latency.p50_ms, 2)
                     results[f"tracing_{label}_p99_ms"] = round(latency.p99_ms, 2)
@@ -710,15 +707,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results["seen_25_vs_none_throughput"] = round(median(r["ratio"] for r in rounds), 3)
                 seen_latencies: dict[str, dict[str, Any]] = {}
                 for label, makes in (("seen_25", seen_updates), ("none", updates)):
-                    latency, peak = await worker_latency(
-                        bench,
-                        makes,
-                        f"worker-latency-{label}",
-                        rate=config.latency_rate,
-                        seconds=config.latency_seconds,
-                        warmup=config.warmup,
-                    )
-                    rss.append(peak)
+                    latency = await fresh_latency(f"latency-{label}", makes)(1)
                     seen_latencies[label] = latency.as_dict()
                     results[f"{label}_p50_ms"] = round(latency.p50_ms, 2)
                     results[f"{label}_p99_ms"] = round(latency.p99_ms, 2)
@@ -776,28 +765,11 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("create_latency"):
             async with phases.phase("create_latency"):
                 assert creations is not None
-                creating = creations
-
-                async def creations_latency(number: int) -> LatencyFigure:
-                    figure, peak = await worker_latency(
-                        bench,
-                        creating,
-                        f"worker-latency-create-{number}",
-                        rate=config.latency_rate,
-                        seconds=config.latency_seconds,
-                        warmup=config.warmup,
-                    )
-                    rss.append(peak)
-                    return figure
-
-                rounds = await latency_rounds(config.rounds, (("worker", creations_latency),))
-                details["create_latency_rounds"] = rounds
-                results.update(
-                    {
-                        f"create_{key}": value
-                        for key, value in median_percentiles(rounds, "worker").items()
-                    }
+                rounds = await latency_rounds(
+                    config.rounds, (("worker", fresh_latency("latency-create", creations)),)
                 )
+                details["create_latency_rounds"] = rounds
+                results.update(median_percentiles(rounds, "worker", prefix="create_"))
 
         if config.big_memories > 0 and phases.wanted("cost_1m_vs_10k"):
             async with phases.phase("cost_1m_vs_10k"):

@@ -14,20 +14,9 @@ from bench.results_page import (
     with_newest_run,
 )
 from bench.run import PHASES
+from tests.unit.bench.machines import machine
 
-MACHINE = {
-    "date": "2026-12-05T10:11:12Z",
-    "nproc": 2,
-    "cpu_model": "AMD EPYC",
-    "memory_mb": 24105,
-    "load_average_at_start": [0.31, 0.5, 0.6],
-    "postgresql": "15.20 (Debian 15.20-0+deb12u1)",
-    "rabbitmq": "3.10.8",
-    "python": "3.11.7",
-    "libraries": {"aio-pika": "10.2.1", "aiormq": "7.2.4", "psycopg": "3.3.9"},
-    "commit": "abc1234",
-    "worker_tree_modified": False,
-}
+MACHINE = machine(load_average=0.31)
 
 
 def test_the_pages_table_is_the_one_results_json_gives() -> None:

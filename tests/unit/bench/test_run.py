@@ -14,19 +14,9 @@ import pytest
 from bench import run
 from bench.run import render_table
 from bench.summary import evaluate, summary_rows
+from tests.unit.bench.machines import machine
 
-MACHINE = {
-    "date": "2026-12-05T10:11:12Z",
-    "nproc": 2,
-    "cpu_model": "AMD EPYC",
-    "memory_mb": 24105,
-    "load_average_at_start": [1.5, 0.9, 0.6],
-    "postgresql": "15.20 (Debian 15.20-0+deb12u1)",
-    "rabbitmq": "3.10.8",
-    "python": "3.11.7",
-    "libraries": {"aio-pika": "10.2.1", "aiormq": "7.2.4", "psycopg": "3.3.9"},
-    "commit": "abc1234",
-}
+MACHINE = machine(load_average=1.5)
 
 
 def _results() -> dict[str, Any]:
