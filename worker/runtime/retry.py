@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sized
 from typing import Final, TypeVar
 
+import aiormq.exceptions
 import psycopg
 from sqlalchemy import exc as sa_exc
 from tenacity import (
@@ -40,6 +41,9 @@ def is_transient_database_fault(error: BaseException) -> bool:
     server that does not take writes yet (a standby being promoted: SQLSTATE 25006)."""
     if isinstance(error, sa_exc.DBAPIError):
         return error.connection_invalidated or isinstance(error.orig, _TRANSIENT_DRIVER_ERRORS)
+    if isinstance(error, aiormq.exceptions.AMQPError):
+        # The broker's (aiormq's ConnectionClosed is a ConnectionError too): not the database.
+        return False
     return isinstance(error, _TRANSIENT_DRIVER_ERRORS | sa_exc.TimeoutError | ConnectionError)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiormq.exceptions
 import psycopg
 from sqlalchemy import exc as sa_exc
 
@@ -41,3 +42,11 @@ def test_a_fault_of_the_statement_is_not() -> None:
     )
     assert not is_transient_database_fault(psycopg.errors.InFailedSqlTransaction("aborted"))
     assert not is_transient_database_fault(ValueError())
+
+
+def test_a_broker_connection_closed_is_not_a_database_fault() -> None:
+    # A ConnectionError as well: an erasure's dead-letter pass that met it went back to the
+    # queue only by chance (its dead-lettering failed on the same closed channel).
+    assert isinstance(aiormq.exceptions.ConnectionClosed(320, "closed"), ConnectionError)
+    assert not is_transient_database_fault(aiormq.exceptions.ConnectionClosed(320, "closed"))
+    assert is_transient_database_fault(ConnectionResetError())
