@@ -47,7 +47,7 @@ chat: install check-services
 # Each test run makes its own database and broker virtual host, and removes them after.
 # TEST_PROCESSES=2 shares the modules between two such runs (tests/support/scheduling.py):
 # about 6 minutes instead of 10:30 on 2 cores, but the short chaos run, slowed threefold
-# beside the other process, has twice left an erasure not done there (docs/development.md),
+# beside the other process, has left a data request not done there (docs/development.md),
 # so one process stays the default until that is understood.
 TEST_PROCESSES ?= 0
 

@@ -19,6 +19,7 @@ __all__ = [
     "LatencyContender",
     "latency_rounds",
     "median_percentiles",
+    "paired_medians",
     "paired_rounds",
     "rounds_against",
     "say",
@@ -65,6 +66,16 @@ async def paired_rounds(
             f"ratio {ratio:.2f} {note(run)}".rstrip()
         )
     return kept
+
+
+def paired_medians(rounds: Sequence[Mapping[str, Any]]) -> tuple[float, float, float]:
+    """Of `paired_rounds` run as (`worker`, `broker_limit`): the worker's and the loop's rates
+    and the ratio, each the median of the rounds' (the ratio is not the rates' quotient)."""
+    return (
+        round(median(r["worker"]["tps"] for r in rounds), 1),
+        round(median(r["broker_limit"]["tps"] for r in rounds), 1),
+        round(median(r["ratio"] for r in rounds), 3),
+    )
 
 
 async def rounds_against(

@@ -107,6 +107,7 @@ from bench.rounds import (
     LatencyContender,
     latency_rounds,
     median_percentiles,
+    paired_medians,
     paired_rounds,
     rounds_against,
     say,
@@ -548,6 +549,25 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
 
             return run
 
+        def broker_loops(
+            path: Path, run_calls: CallMaker, *, prepublished: bool = False, label: str = ""
+        ) -> Contender:
+            """A contender of `paired_rounds`: the broker-limit loop publishing the events of the
+            sample at `path`, driven as the worker it takes turns with."""
+
+            async def run(number: int) -> RunFigure:
+                return await _broker_loop(
+                    bench,
+                    config,
+                    path,
+                    run_calls,
+                    publish="aio-pika",
+                    prepublished=prepublished,
+                    label=label,
+                )
+
+            return run
+
         def fresh_latency(
             label: str, run_calls: CallMaker, env: Mapping[str, str] | None = None
         ) -> LatencyContender:
@@ -571,24 +591,18 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("throughput"):
             async with phases.phase("throughput"):
                 assert sample is not None, "no sample events"
-
-                async def loop_run(number: int) -> RunFigure:
-                    return await _broker_loop(
-                        bench, config, sample_path, updates, publish="aio-pika", prepublished=False
-                    )
-
                 rounds = await paired_rounds(
                     config.rounds,
                     ("worker", fresh_workers("paired", updates)),
-                    ("broker_limit", loop_run),
+                    ("broker_limit", broker_loops(sample_path, updates)),
                     lambda run: f"({run['worker'].failures} not updated)",
                 )
                 details["throughput_rounds"] = rounds
-                results["broker_limit_tps"] = round(
-                    median(r["broker_limit"]["tps"] for r in rounds), 1
-                )
-                results["throughput"] = round(median(r["worker"]["tps"] for r in rounds), 1)
-                results["ratio_vs_broker"] = round(median(r["ratio"] for r in rounds), 3)
+                (
+                    results["throughput"],
+                    results["broker_limit_tps"],
+                    results["ratio_vs_broker"],
+                ) = paired_medians(rounds)
 
         if phases.wanted("broker_limit_aiormq"):
             async with phases.phase("broker_limit_aiormq"):
@@ -603,29 +617,19 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("prepublished"):
             async with phases.phase("prepublished"):
                 assert sample is not None, "no sample events"
-
-                async def backlog_loop_run(number: int) -> RunFigure:
-                    return await _broker_loop(
-                        bench, config, sample_path, updates, publish="aio-pika", prepublished=True
-                    )
-
                 # In rounds, as the steady throughput: one pair of runs on this machine ranged
                 # from 0.67 to 0.86 within minutes.
                 rounds = await paired_rounds(
                     config.rounds,
                     ("worker", fresh_workers("backlog", updates, prepublished=True)),
-                    ("broker_limit", backlog_loop_run),
+                    ("broker_limit", broker_loops(sample_path, updates, prepublished=True)),
                 )
                 details["backlog_rounds"] = rounds
-                results["broker_limit_prepublished_tps"] = round(
-                    median(r["broker_limit"]["tps"] for r in rounds), 1
-                )
-                results["throughput_prepublished"] = round(
-                    median(r["worker"]["tps"] for r in rounds), 1
-                )
-                results["ratio_vs_broker_prepublished"] = round(
-                    median(r["ratio"] for r in rounds), 3
-                )
+                (
+                    results["throughput_prepublished"],
+                    results["broker_limit_prepublished_tps"],
+                    results["ratio_vs_broker_prepublished"],
+                ) = paired_medians(rounds)
 
         if phases.wanted("latency"):
             async with phases.phase("latency"):
@@ -736,31 +740,21 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 create_sample_path = workdir / "sample-create.json"
                 create_sample_path.write_bytes(create_sample.to_json())
                 details["create_event_sizes"] = create_sample.sizes()
-                calls_made = creations
-
-                async def create_loop_run(number: int) -> RunFigure:
-                    return await _broker_loop(
-                        bench,
-                        config,
-                        create_sample_path,
-                        calls_made,
-                        publish="aio-pika",
-                        prepublished=False,
-                        label="-create",
-                    )
-
                 rounds = await paired_rounds(
                     config.rounds,
                     ("worker", fresh_workers("create", creations)),
-                    ("broker_limit", create_loop_run),
+                    (
+                        "broker_limit",
+                        broker_loops(create_sample_path, creations, label="-create"),
+                    ),
                     lambda run: f"({run['worker'].failures} not saved)",
                 )
                 details["create_throughput_rounds"] = rounds
-                results["create_broker_limit_tps"] = round(
-                    median(r["broker_limit"]["tps"] for r in rounds), 1
-                )
-                results["create_throughput"] = round(median(r["worker"]["tps"] for r in rounds), 1)
-                results["create_ratio_vs_broker"] = round(median(r["ratio"] for r in rounds), 3)
+                (
+                    results["create_throughput"],
+                    results["create_broker_limit_tps"],
+                    results["create_ratio_vs_broker"],
+                ) = paired_medians(rounds)
 
         if phases.wanted("create_latency"):
             async with phases.phase("create_latency"):

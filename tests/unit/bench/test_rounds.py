@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.rounds import Contender, rounds_against, turn_order
+from bench.rounds import (
+    Contender,
+    median_percentiles,
+    paired_medians,
+    rounds_against,
+    turn_order,
+)
 from bench.system import RunFigure
 
 
@@ -49,3 +55,28 @@ def test_each_contender_is_measured_against_the_baseline_of_its_own_round() -> N
     assert rounds[0]["ratio"] == {"default": 0.96, "on": 0.8}
     assert rounds[1]["ratio"] == {"default": 0.99, "on": 0.85}
     assert rounds[1]["off"]["tps"] == 400.0
+
+
+def test_paired_medians_are_each_figures_median_and_the_ratio_is_the_rounds() -> None:
+    rounds = [
+        {"worker": {"tps": 500.0}, "broker_limit": {"tps": 600.0}, "ratio": 0.833},
+        {"worker": {"tps": 420.0}, "broker_limit": {"tps": 700.0}, "ratio": 0.6},
+        {"worker": {"tps": 610.0}, "broker_limit": {"tps": 650.0}, "ratio": 0.938},
+    ]
+
+    # 500 / 650 would be 0.769: the ratio is taken within each round, then its median.
+    assert paired_medians(rounds) == (500.0, 650.0, 0.833)
+
+
+def test_median_percentiles_of_one_contender_under_a_prefix() -> None:
+    rounds = [
+        {"worker": {"p50_ms": 6.0, "p95_ms": 17.0, "p99_ms": 36.7}, "floor": {}},
+        {"worker": {"p50_ms": 5.8, "p95_ms": 13.6, "p99_ms": 19.8}, "floor": {}},
+        {"worker": {"p50_ms": 7.0, "p95_ms": 19.0, "p99_ms": 47.7}, "floor": {}},
+    ]
+
+    assert median_percentiles(rounds, "worker", prefix="create_") == {
+        "create_p50_ms": 6.0,
+        "create_p95_ms": 17.0,
+        "create_p99_ms": 36.7,
+    }
