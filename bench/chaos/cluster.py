@@ -222,6 +222,7 @@ async def _settle_and_check(
         settings=run.settings,
         topology=topology,
         planned=planned,
+        requests=(),
         report=report,
         timeout=run.settle_timeout_s,
     )

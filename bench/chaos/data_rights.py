@@ -21,7 +21,13 @@ from bench.chaos.report import ChaosReport
 from contracts import DataRequestRequested
 from contracts.data_requests import RequestedBy, Subject
 
-__all__ = ["ErasableSubject", "check_erasures", "publish_data_requests", "seed_subjects"]
+__all__ = [
+    "ErasableSubject",
+    "check_erasures",
+    "publish_data_requests",
+    "request_ids",
+    "seed_subjects",
+]
 
 _FIRST_ID = 888_000_000_000_000_000
 
@@ -38,6 +44,11 @@ class ErasableSubject:
             subject=Subject(user_id=self.disc_id),
             requested_by=RequestedBy(kind="user", id=self.disc_id),
         )
+
+
+def request_ids(subjects: Sequence[ErasableSubject]) -> list[str]:
+    """The `request_id` of each subject's export and erasure."""
+    return [s.request(kind).request_id for s in subjects for kind in ("export", "erase")]
 
 
 async def seed_subjects(
@@ -120,7 +131,7 @@ async def check_erasures(
     timeout: float,
 ) -> None:
     """Every request done, once; none of the erased subjects' texts anywhere."""
-    wanted = [s.request(kind).request_id for s in subjects for kind in ("export", "erase")]
+    wanted = request_ids(subjects)
     deadline = time.monotonic() + timeout
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db:
         while True:
@@ -134,9 +145,12 @@ async def check_erasures(
             if len(done) == len(wanted) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)
+        statuses = {request_id: status for request_id, _, status in rows}
         report.exports = sum(kind == "export" for kind in done.values())
         report.erasures = sum(kind == "erase" for kind in done.values())
-        report.erasure_errors += [f"request {r} not done" for r in wanted if r not in done]
+        report.erasure_errors += [
+            f"request {r} not done ({statuses.get(r, 'no row')})" for r in wanted if r not in done
+        ]
         texts = [text for subject in subjects for text in subject.texts]
         for table, column in (
             ("personal_memories", "content"),

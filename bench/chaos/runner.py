@@ -19,6 +19,7 @@ from bench.chaos.data_rights import (
     ErasableSubject,
     check_erasures,
     publish_data_requests,
+    request_ids,
     seed_subjects,
 )
 from bench.chaos.faults import DbFault, FaultPlan, inflict
@@ -32,7 +33,7 @@ from gateway import Gateway
 from harness.amqp_proxy import AmqpProxy
 from harness.fake_discord import FakeDiscord
 from harness.gateway import running_gateway
-from harness.services import TestServices
+from harness.services import TestServices, rabbitmqctl
 from infra.settings import Settings
 
 __all__ = ["Scenario", "prepare", "publish_paced", "run_chaos", "worker_env"]
@@ -228,6 +229,7 @@ async def _settle_and_check(
         settings=run.settings,
         topology=run.topology,
         planned=planned,
+        requests=request_ids(run.subjects),
         report=report,
         timeout=run.settle_timeout_s,
     )
@@ -244,6 +246,12 @@ async def _settle_and_check(
     await check_erasures(
         run.services.database_url, run.subjects, report, timeout=run.settle_timeout_s
     )
+    if report.erasure_errors and run.services.vhost is not None:
+        # Where a request not done may be: waiting in a queue, held unacknowledged, or nowhere.
+        report.erasure_errors.append(
+            "the run's queues then (ready, unacknowledged): "
+            + await asyncio.to_thread(_queue_counts, run.services.vhost, run.settings.amqp_prefix)
+        )
     for slot in slots:
         await slot.stop()
     await check_run(
@@ -259,3 +267,15 @@ async def _settle_and_check(
     report.failpoint_deaths = sum(slot.failpoint_deaths for slot in slots)
     report.harness_reconnects = harness.reconnects
     report.undecodable_events = harness.collected.undecodable
+
+
+def _queue_counts(vhost: str, prefix: str) -> str:
+    listed = rabbitmqctl(
+        "list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged"
+    ).stdout
+    rows = (line.split("\t") for line in listed.splitlines())
+    return "; ".join(
+        f"{row[0]} {row[1]}, {row[2]}"
+        for row in rows
+        if len(row) == 3 and row[0].startswith(prefix)
+    )

@@ -1,6 +1,6 @@
-"""Waiting, after the faults, until the run settled: every call has its recorded answer (the
-dead-lettered ones replayed), the outbox is published, the shard queues are drained and every
-successful call's embed reached the fake Discord."""
+"""Waiting, after the faults, until the run settled: every call and every data request has its
+recorded answer (the dead-lettered ones replayed), the outbox is published, the shard queues
+are drained and every successful call's embed reached the fake Discord."""
 
 from __future__ import annotations
 
@@ -63,14 +63,17 @@ async def settle_answers(
     settings: Settings,
     topology: Topology,
     planned: Sequence[PlannedCall],
+    requests: Sequence[str],
     report: ChaosReport,
     timeout: float,
 ) -> None:
-    """Until every call has its recorded answer and no dead letter is left, replaying them
-    meanwhile; at the deadline the checks count what is still missing.
+    """Until every call and every data request (by `request_id`) has its recorded answer and
+    no dead letter is left, replaying them meanwhile; at the deadline the checks count what
+    is still missing.
 
-    The dead letters are waited for even once every call is answered: a data request the
-    database outage outlasted is one too, and only its replay does it."""
+    A data request is waited for on its own: one still in a worker when the last call is
+    answered may yet be dead-lettered (the database outage outlasted its budget), and only
+    its replay does it."""
     dead = _DeadLetters(settings, report)
 
     async def settled() -> bool:
@@ -79,7 +82,11 @@ async def settle_answers(
         if ready == 0 and dead_letters:
             await dead.replay()
             return False
-        return dead_letters == 0 and all(answered(harness.collected, call) for call in planned)
+        return (
+            dead_letters == 0
+            and all(answered(harness.collected, call) for call in planned)
+            and await _requests_answered(settings.database_url, requests)
+        )
 
     # At the deadline the checks count what is still unanswered as lost.
     with contextlib.suppress(AssertionError):
@@ -122,6 +129,23 @@ async def settle_embeds(
     # At the deadline the checks say which embed is missing.
     with contextlib.suppress(AssertionError):
         await eventually(quiet, timeout=timeout, interval=0.5, what="the embeds posted")
+
+
+async def _requests_answered(database_url: str, request_ids: Sequence[str]) -> bool:
+    """Whether each data request has its row (done or refused: the checks tell which)."""
+    if not request_ids:
+        return True
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url) as connection:
+            row = await (
+                await connection.execute(
+                    "SELECT count(*) FROM data_requests WHERE request_id = ANY(%s)",
+                    (list(request_ids),),
+                )
+            ).fetchone()
+    except psycopg.Error:
+        return False
+    return row is not None and row[0] == len(request_ids)
 
 
 async def _outbox_published(database_url: str, ids: list[str]) -> bool:
