@@ -497,7 +497,9 @@ async def test_an_erasure_is_refused_until_the_subjects_id_is_typed_again(
         await page.goto("/data-requests")
         erase = page.locator("form.erase")
         await erase.get_by_label("Id", exact=True).fill(user_id)
-        await erase.get_by_label("Type the id again").fill(user_id[:-1] + "0")
+        # Its last digit mistyped (never to the digit it was).
+        mistyped = user_id[:-1] + ("1" if user_id.endswith("0") else "0")
+        await erase.get_by_label("Type the id again").fill(mistyped)
         await erase.get_by_label("Reason").fill("the user asked by mail")
         await erase.get_by_role("button", name="Erase").click()
         await expect(page.locator(".notice.problem")).to_contain_text("Nothing was erased")
