@@ -55,7 +55,8 @@ def deployment(
 def intruder(deployment: RoleDeployment) -> Iterator[tuple[str, str]]:
     """A user of the run's own that may publish to the tool-call exchange only: its name and
     URL."""
-    name, password = f"ltm-intruder-{uuid.uuid4().hex[:8]}", secrets.token_urlsafe(12)
+    # Hex: a password that begins with "-" would be read by rabbitmqctl as an option.
+    name, password = f"ltm-intruder-{uuid.uuid4().hex[:8]}", secrets.token_hex(12)
     rabbitmqctl("add_user", name, password)
     try:
         rabbitmqctl(
