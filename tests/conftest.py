@@ -1,7 +1,7 @@
 """Fixtures of every test: one database and one broker virtual host per test run, and the
 run's own broker nodes and PostgreSQL instances for the tests that ask for them.
 
-Under pytest-xdist (`make test TEST_PROCESSES=2`) each process is a test run of its own;
+Under pytest-xdist (`make test` runs two processes) each process is a test run of its own;
 `tests/support/scheduling.py` says how the tests are shared between them."""
 
 from __future__ import annotations

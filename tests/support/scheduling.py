@@ -1,4 +1,4 @@
-"""How `make test TEST_PROCESSES=2` shares the tests between two pytest-xdist processes.
+"""How `make test` shares the tests between its two pytest-xdist processes.
 
 Each process is a test run of its own (its own database and virtual host), so a module's
 tests stay together (its module fixtures, a worker process or a console, start once), and
