@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from aio_pika.abc import AbstractChannel
 
-from contracts import CacheInvalidate, ToolCallCompleted, Topology, cache_routing_key, encode_event
+from contracts import (
+    CacheInvalidate,
+    ToolCallCompleted,
+    Topology,
+    cache_routing_key,
+    encode_event,
+    result_routing_key,
+)
 from harness.amqp_proxy import BASIC_QOS, AmqpProxy
 from harness.broker import publish_tool_call, tap_events
 from harness.processes import LtmProcess
@@ -67,15 +74,18 @@ async def test_a_connection_lost_while_the_worker_sets_up_is_opened_again(
     assert await world.content(memory_id) == "after"
 
 
+@pytest.mark.parametrize("stalls_at", ["publish", "shard queue"])
 async def test_the_outbox_sweep_outlives_a_stalled_broker_connection(
     channel: AbstractChannel,
     topology: Topology,
     world: World,
     services: TestServices,
     tmp_path: Path,
+    stalls_at: str,
 ) -> None:
-    """aiormq drops a stalled connection by failing its pending confirms with CancelledError;
-    the sweep publishing then must take it as a lost connection, not as its own end."""
+    """aiormq drops a stalled connection by failing its pending confirms and RPCs with
+    CancelledError; the sweep then must take it as a lost connection, not as its own end:
+    whether it was publishing, or declaring the queue of a shard its rows go to first."""
     async with (
         AmqpProxy(services.amqp_url) as proxy,
         tap_events(channel, topology.events_exchange) as tap,
@@ -83,8 +93,9 @@ async def test_the_outbox_sweep_outlives_a_stalled_broker_connection(
     ):
         await worker.wait_ready_async()
         proxy.stall()
-        # Left behind by a crash: the sweep publishes it into the stalled path.
-        stuck = await _unpublished_row(world, age_s=60)
+        # Left behind by a crash: the sweep meets the stalled path with it.
+        shard = _UNSEEN_SHARD if stalls_at == "shard queue" else None
+        stuck = await _unpublished_row(world, age_s=60, shard=shard)
         await eventually(
             lambda: worker.logged("worker.broker_connection_lost"),
             timeout=30,
@@ -99,15 +110,25 @@ async def test_the_outbox_sweep_outlives_a_stalled_broker_connection(
         await tap.wait_for_delivery(message_id=later, timeout=30)
 
 
-async def _unpublished_row(world: World, *, age_s: float) -> str:
-    """An outbox row as a worker killed between commit and publish leaves it."""
+# A shard no call of the run answers: its queue is declared first by the sweep.
+_UNSEEN_SHARD = 977
+
+
+async def _unpublished_row(world: World, *, age_s: float, shard: int | None = None) -> str:
+    """An outbox row as a worker killed between commit and publish leaves it: a cache
+    invalidation, or with `shard` one routed to that shard's queue."""
     event = CacheInvalidate(cache="user", key=snowflake())
+    routing_key = (
+        cache_routing_key(event.cache, str(event.key))
+        if shard is None
+        else result_routing_key(shard)
+    )
     await world.execute(
         "INSERT INTO outbox (event_id, event_type, routing_key, body, created_at)"
         " VALUES (%s, %s, %s, %s, now() - make_interval(secs => %s))",
         event.event_id,
         event.event_type,
-        cache_routing_key(event.cache, str(event.key)),
+        routing_key,
         encode_event(event),
         age_s,
     )

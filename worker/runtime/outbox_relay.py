@@ -10,6 +10,7 @@ from typing import Final
 import structlog
 
 from contracts import shard_of_routing_key
+from infra.cancellation import being_cancelled
 from infra.observability.logs import error_summary, get_logger
 from infra.settings import Settings
 from worker.adapters.metrics import WorkerMetrics
@@ -49,7 +50,11 @@ class OutboxRelay:
                     last_purge = time.monotonic()
                     await self._outbox.purge_published(age_s=self._settings.outbox_retention_s)
             except asyncio.CancelledError:
-                raise
+                if being_cancelled():
+                    raise
+                # aiormq cancels what waits on a connection it gave up (a shard queue's
+                # declaration, a confirm): the sweep goes on, as after any lost connection.
+                log.warning("worker.outbox_sweep_failed", error="the broker connection was lost")
             except Exception as error:
                 log.warning("worker.outbox_sweep_failed", error=error_summary(error))
 
