@@ -45,8 +45,8 @@ chat: install check-services
 	@$(BIN)/python -m examples.chat
 
 # Each test run makes its own database and broker virtual host, and removes them after.
-# Two processes share the modules (tests/support/scheduling.py), each a test run of its own:
-# 4:30 to 7:10 on 2 cores, against 7:30 to 10:30 in one (TEST_PROCESSES=0).
+# Two processes share the modules (tests/support/scheduling.py), each a test run of its own;
+# TEST_PROCESSES=0 runs one (docs/development.md says how long each takes).
 TEST_PROCESSES ?= 2
 
 test: install check-services
