@@ -3,7 +3,8 @@
 `python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json
 [--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]`
 
-No database and no decoding: the least Python a consumer of this message shape can run.
+No database and no decoding: the least Python a consumer of this message shape can run, on
+the services' AMQP client settings (`infra.messaging.amqp`'s frame buffer).
 The queue is declared by `infra.messaging.topology.declare_topology`, as the worker does; each
 delivery's events (the captured sample: same count, bodies, routing keys, time-to-live)
 are published at once on a confirming channel, so up to prefetch × events confirms are
@@ -32,6 +33,7 @@ from aiormq.abc import DeliveredMessage
 
 from bench.samples import Sample, message_for, properties_for
 from contracts import Topology
+from infra.messaging import amqp
 from infra.messaging.topology import declare_topology
 
 __all__ = ["main", "run_loop"]
@@ -49,6 +51,7 @@ async def run_loop(
 ) -> None:
     """Consumes and answers until `stop` is set."""
     topology = Topology(prefix)
+    assert aiormq.Connection.FRAME_BUFFER_SIZE == amqp.FRAME_BUFFER  # set on importing it
     connection = await aio_pika.connect(
         amqp_url, client_properties={"connection_name": "ltm-bench-broker-loop"}
     )

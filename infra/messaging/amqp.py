@@ -7,6 +7,9 @@ one after the node that last failed (a refused connection or a lost one), round-
 aio-pika's own `connect_robust` reconnects to the one URL it was given; `connect_robust` here
 reconnects to the next node instead, and restores channels and consumers the same way.
 
+Every connection made here queues up to `FRAME_BUFFER` frames for its writer, not aiormq's
+ten (below).
+
 An `amqps://` URL verifies the broker's certificate against `LTM_AMQP_CA_FILE` (the system's
 store when unset) and its host name against that node's own host in the URL;
 `LTM_AMQP_CERT_FILE` and `LTM_AMQP_KEY_FILE` present a client certificate to a broker that
@@ -32,6 +35,7 @@ from infra.redaction import mask_passwords
 from infra.settings import Settings
 
 __all__ = [
+    "FRAME_BUFFER",
     "BrokerNode",
     "BrokerNodes",
     "FailoverChannel",
@@ -45,6 +49,14 @@ __all__ = [
 log = get_logger("ltm.amqp")
 
 T = TypeVar("T")
+
+# aiormq queues at most ten frames per connection for its writer task; the eleventh publish
+# (or ack) waits for the writer, holding its channel's lock, so a batch's events (four per
+# call) went out ten per turn of the event loop. Measured on a full queue: 803 → about
+# 1,100 calls/s for one worker. Bounded all the same: in flight a worker holds at most its
+# prefetch's deliveries, each with its events and its ack (1,280 frames at the default).
+FRAME_BUFFER: Final = 4096
+aiormq.Connection.FRAME_BUFFER_SIZE = FRAME_BUFFER
 
 # What a node that does not answer raises: refused, reset, timed out, or closed at the
 # handshake (a node shutting down, or not yet started).

@@ -1,9 +1,11 @@
 """`ConfirmingChannel` on the run's broker: a nacked publish makes it publish on a new channel
-(the queue here refuses publishes once full, which nacks them deterministically), and a
-channel the broker closes is reported as lost, a renewed one not."""
+(the queue here refuses publishes once full, which nacks them deterministically), a channel
+the broker closes is reported as lost, a renewed one not, and a burst of publishes goes to
+the connection's writer at once."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -109,4 +111,30 @@ async def test_a_channel_the_broker_closes_is_lost(connection: AbstractConnectio
         return lost == [True]
 
     await eventually(reported, timeout=10, what="the channel reported lost")
+    await confirming.close()
+
+
+async def test_a_burst_of_publishes_reaches_the_writer_in_one_turn(
+    connection: AbstractConnection,
+) -> None:
+    """A batch's events, published at once, are all queued for the connection's writer before
+    it runs: none waits for it to write the ones before (aiormq's own buffer holds ten)."""
+    burst = 200
+    assert burst < amqp.FRAME_BUFFER
+    confirming = await ConfirmingChannel.open(connection)
+    channel = await connection.channel()
+    queue = await channel.declare_queue(f"burst-{uuid.uuid4().hex[:8]}", exclusive=True)
+    raw = confirming.raw
+    publishes = [
+        asyncio.create_task(
+            raw.basic_publish(b"x", exchange="", routing_key=queue.name, wait=False)
+        )
+        for _ in range(burst)
+    ]
+    await asyncio.sleep(0)  # one turn: each publish runs until it waits
+    queued = raw.delivery_tag
+    await asyncio.gather(*publishes)
+    assert queued == burst
+    counted = await channel.declare_queue(queue.name, passive=True)
+    assert counted.declaration_result.message_count == burst
     await confirming.close()
