@@ -7,8 +7,8 @@ one after the node that last failed (a refused connection or a lost one), round-
 aio-pika's own `connect_robust` reconnects to the one URL it was given; `connect_robust` here
 reconnects to the next node instead, and restores channels and consumers the same way.
 
-Every connection made here queues up to `FRAME_BUFFER` frames for its writer, not aiormq's
-ten (below).
+Importing this module sets aiormq's buffer for every connection the process opens: up to
+`FRAME_BUFFER` frames queued for the connection's writer, not ten (below).
 
 An `amqps://` URL verifies the broker's certificate against `LTM_AMQP_CA_FILE` (the system's
 store when unset) and its host name against that node's own host in the URL;
