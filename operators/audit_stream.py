@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
@@ -16,11 +16,13 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMe
 from contracts import Event, InvalidEnvelope, Topology, decode_event, decode_superseded_event
 
 __all__ = [
+    "CLOCK_SKEW",
     "PREFETCH",
     "UNKNOWN_TIME",
     "AuditDelivery",
     "BadStart",
     "StreamStart",
+    "broker_offset",
     "next_or_stop",
     "open_stream",
     "parse_start",
@@ -31,6 +33,11 @@ __all__ = [
 StreamStart = Literal["first", "last"] | datetime | int
 
 PREFETCH: Final = 200
+# The broker stamps each chunk with its own clock, which may lag the clocks of the workers that
+# wrote the events and of the reader: a broker 10.5 s behind (seen here after the machine's
+# clock was stepped) skipped every event of those seconds. So a time start is sought this much
+# earlier, and the reading drops the events before it by their own time.
+CLOCK_SKEW: Final = timedelta(minutes=1)
 # The time of an event that carries none: later than any start, so a TIME start keeps it.
 UNKNOWN_TIME: Final = datetime.max.replace(tzinfo=UTC)
 
@@ -55,6 +62,11 @@ def parse_start(text: str) -> StreamStart:
             f"or '2025-01-31 12:00' (UTC), not {text}"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def broker_offset(origin: StreamStart) -> StreamStart:
+    """The `x-stream-offset` the broker is asked for: a time start `CLOCK_SKEW` earlier."""
+    return origin - CLOCK_SKEW if isinstance(origin, datetime) else origin
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +149,7 @@ async def open_stream(
         async def on_message(message: AbstractIncomingMessage) -> None:
             deliveries.put_nowait(message)  # no await before: arrival order is kept
 
-        await stream.consume(on_message, arguments={"x-stream-offset": origin})
+        await stream.consume(on_message, arguments={"x-stream-offset": broker_offset(origin)})
         yield deliveries, holds_events
 
 
