@@ -15,7 +15,7 @@ import aio_pika
 import psycopg
 import pytest
 
-from harness.localnodes.host import new_base_dir, run
+from harness.localnodes.host import new_base_dir, run, wait_until
 from harness.localnodes.readings import epmd_names
 from harness.localnodes.running import MachineServices
 
@@ -77,6 +77,12 @@ def test_up_prints_the_settings_and_down_stops_and_removes_everything(
 
     assert down.returncode == 0, down.stderr
     assert not base.exists()
-    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    # Stopped means the pid files are gone; the processes themselves end (and are reaped by
+    # whoever adopted them) a moment later.
+    wait_until(
+        lambda: not [pid for pid in pids if Path(f"/proc/{pid}").exists()],
+        timeout=10,
+        what="the nodes' processes to be gone",
+    )
     assert _localnodes("status", "--dir", str(base)).returncode == 1
     assert f"{prefix}1" not in epmd_names(run(["epmd", "-names"]))
