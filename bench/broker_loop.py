@@ -3,8 +3,8 @@
 `python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json
 [--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]`
 
-No database and no decoding: the least Python a consumer of this message shape can run, on
-the services' AMQP client settings (`infra.messaging.amqp`'s frame buffer).
+No database and no decoding: the least Python a consumer of this message shape can run,
+connected as the services connect (`infra.messaging.amqp`, its frame buffer included).
 The queue is declared by `infra.messaging.topology.declare_topology`, as the worker does; each
 delivery's events (the captured sample: same count, bodies, routing keys, time-to-live)
 are published at once on a confirming channel, so up to prefetch × events confirms are
@@ -26,7 +26,6 @@ import signal
 import uuid
 from pathlib import Path
 
-import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 from aiormq.abc import DeliveredMessage
@@ -51,9 +50,8 @@ async def run_loop(
 ) -> None:
     """Consumes and answers until `stop` is set."""
     topology = Topology(prefix)
-    assert aiormq.Connection.FRAME_BUFFER_SIZE == amqp.FRAME_BUFFER  # set on importing it
-    connection = await aio_pika.connect(
-        amqp_url, client_properties={"connection_name": "ltm-bench-broker-loop"}
+    connection = await amqp.BrokerNodes([amqp.BrokerNode(amqp_url)]).connect(
+        client_properties={"connection_name": "ltm-bench-broker-loop"}
     )
     async with connection:
         setup = await connection.channel()

@@ -52,9 +52,9 @@ T = TypeVar("T")
 
 # aiormq queues at most ten frames per connection for its writer task; the eleventh publish
 # (or ack) waits for the writer, holding its channel's lock, so a batch's events (four per
-# call) went out ten per turn of the event loop. Measured on a full queue: 803 → about
-# 1,100 calls/s for one worker. Bounded all the same: in flight a worker holds at most its
-# prefetch's deliveries, each with its events and its ack (1,280 frames at the default).
+# call) went out ten per turn of the event loop (bench/RESULTS.md has the rates before and
+# after). Bounded all the same: in flight a worker holds at most its prefetch's deliveries,
+# each with its events and its ack (1,280 frames at the default).
 FRAME_BUFFER: Final = 4096
 aiormq.Connection.FRAME_BUFFER_SIZE = FRAME_BUFFER
 

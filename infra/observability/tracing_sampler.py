@@ -25,9 +25,9 @@ from opentelemetry.util.types import Attributes
 __all__ = ["DEFAULT_SAMPLER", "DEFAULT_SAMPLER_RATIO", "sampler_from"]
 
 # What `OTEL_TRACES_SAMPLER` unset means here (the SDK's own default samples every call):
-# one new trace in ten, and every call whose bot sampled it. At this ratio tracing costs the
-# worker about 45 µs of CPU per call, 6 % of its own at saturation, and one in a hundred
-# gained the bench about 3 % (bench/RESULTS.md); `OTEL_TRACES_SAMPLER_ARG` alone changes it.
+# one new trace in ten, and every call whose bot sampled it. What that costs the worker, and
+# what a smaller ratio saves, is measured by the bench (bench/RESULTS.md, "What tracing costs
+# the worker"); `OTEL_TRACES_SAMPLER_ARG` alone changes the ratio.
 DEFAULT_SAMPLER: Final = "parentbased_traceidratio"
 DEFAULT_SAMPLER_RATIO: Final = 0.1
 # The SDK's names (`OTEL_TRACES_SAMPLER`) that this module builds.
