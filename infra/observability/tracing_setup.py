@@ -114,17 +114,14 @@ def _exporters_asked(env: Mapping[str, str]) -> tuple[str, ...]:
 def _sdk_provider(
     service_name: str, exporters: Sequence[str], env: Mapping[str, str]
 ) -> trace.TracerProvider:
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from infra.observability.tracing_resource import process_resource
     from infra.observability.tracing_sampler import sampler_from
 
-    resource = Resource.create()
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
     # Spans still queued are exported at exit (the provider's own atexit hook).
-    provider = TracerProvider(resource=resource, sampler=sampler_from(env))
+    provider = TracerProvider(resource=process_resource(service_name), sampler=sampler_from(env))
     for name in exporters:
         provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
     return provider
