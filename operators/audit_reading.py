@@ -142,9 +142,7 @@ class _Reading:
             # An event of unknown time is shown, not taken for one that came after.
             if window_end is not None and window_end < delivery.occurred < UNKNOWN_TIME:
                 break
-            # A timestamp offset starts at the chunk holding that time: skip its earlier events.
-            if not (isinstance(self.origin, datetime) and delivery.occurred < self.origin):
-                self.pending.append(delivery)
+            self.pending.append(delivery)
             await message.ack()
         await self._release(held)
         await self._flush()

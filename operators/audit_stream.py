@@ -36,7 +36,7 @@ PREFETCH: Final = 200
 # The broker stamps each chunk with its own clock, which may lag the clocks of the workers that
 # wrote the events and of the reader: a broker 10.5 s behind (seen here after the machine's
 # clock was stepped) skipped every event of those seconds. So a time start is sought this much
-# earlier, and the reading drops the events before it by their own time.
+# earlier, and `open_stream` drops the events before it by their own time.
 CLOCK_SKEW: Final = timedelta(minutes=1)
 # The time of an event that carries none: later than any start, so a TIME start keeps it.
 UNKNOWN_TIME: Final = datetime.max.replace(tzinfo=UTC)
@@ -139,7 +139,9 @@ async def open_stream(
     origin: StreamStart,
 ) -> AsyncIterator[tuple[asyncio.Queue[AbstractIncomingMessage], bool]]:
     """Deliveries from `origin`, in stream order, and whether the stream surely holds events
-    (its count lags, so False proves nothing). Streams need a prefetch and manual acks."""
+    (its count lags, so False proves nothing). From a time, the first delivery is the first
+    event at or after it by the event's own time. Streams need a prefetch and manual acks."""
+    since = origin if isinstance(origin, datetime) else None
     async with _channel(connection) as channel:
         await channel.set_qos(prefetch_count=PREFETCH)
         stream = await channel.declare_queue(topology.audit_stream, passive=True)
@@ -147,6 +149,10 @@ async def open_stream(
         deliveries: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
 
         async def on_message(message: AbstractIncomingMessage) -> None:
+            # The broker was asked for a skew earlier, and starts at a whole chunk besides.
+            if since is not None and AuditDelivery.of(message).occurred < since:
+                await message.ack()
+                return
             deliveries.put_nowait(message)  # no await before: arrival order is kept
 
         await stream.consume(on_message, arguments={"x-stream-offset": broker_offset(origin)})

@@ -138,9 +138,7 @@ async def erasures_since(settings: Settings, since: datetime) -> list[DataReques
 
     async def collect(deliveries: Sequence[AuditDelivery]) -> None:
         found.extend(
-            delivery.event
-            for delivery in deliveries
-            if isinstance(delivery.event, SubjectErased) and delivery.event.occurred_at >= since
+            delivery.event for delivery in deliveries if isinstance(delivery.event, SubjectErased)
         )
 
     await read_audit(settings, since, collect, follow=False, stop=asyncio.Event())

@@ -17,6 +17,7 @@ from contracts import (
     amqp_properties,
     audit_routing_key,
     encode_event,
+    utc_now,
 )
 from harness.broker import publish_raw, queue_depth
 from harness.waiting import eventually
@@ -25,12 +26,22 @@ from worker.adapters.broker import ERROR_HEADER, FAILED_AT_HEADER
 
 __all__ = [
     "broker_dead_letter",
+    "clock_passes",
     "memory_updated",
     "publish_event",
     "revision_row",
     "tool_call",
     "worker_dead_letter",
 ]
+
+
+async def clock_passes(moment: datetime) -> None:
+    """Returns once the clock is past `moment`: events published next occurred after it."""
+
+    async def passed() -> bool:
+        return utc_now() > moment
+
+    await eventually(passed, what=f"the clock to pass {moment}")
 
 
 def tool_call(tool_call_id: str) -> ToolCallRequested:

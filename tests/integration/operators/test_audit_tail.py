@@ -7,7 +7,7 @@ import io
 import json
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import aio_pika
 import pytest
@@ -28,7 +28,12 @@ from infra.settings import Settings
 from ltm.commands.audit import tail_audit
 from operators.audit_stream import parse_start
 from operators.display import shown_time
-from tests.integration.operators.seeding import memory_updated, publish_event, revision_row
+from tests.integration.operators.seeding import (
+    clock_passes,
+    memory_updated,
+    publish_event,
+    revision_row,
+)
 
 # Generous: a tail that did not stop on its own fails here instead of hanging the run.
 TAIL_DEADLINE_S = 30.0
@@ -69,13 +74,6 @@ async def _tail(settings: Settings, start: str, *, as_json: bool = False) -> lis
     )
     assert code == 0, err.getvalue()
     return out.getvalue().splitlines()
-
-
-async def _clock_passes(moment: datetime) -> None:
-    async def passed() -> bool:
-        return utc_now() > moment
-
-    await eventually(passed, what=f"the clock to pass {moment}")
 
 
 async def test_tail_from_first_prints_every_event_in_order(
@@ -124,7 +122,7 @@ async def test_tail_from_a_time_prints_only_later_events(
     boundary = utc_now()
     # The broker's timestamp offset is chunk- and second-grained: the early events may come
     # back from the stream, and the tail must drop them itself.
-    await _clock_passes(boundary + timedelta(milliseconds=5))
+    await clock_passes(boundary + timedelta(milliseconds=5))
     later = await _publish(channel, topology, world, "late1", "late2")
 
     lines = await _tail(ops_settings, boundary.isoformat(), as_json=True)
@@ -216,7 +214,7 @@ async def test_tail_from_a_time_after_every_event_says_there_are_none(
 ) -> None:
     await _publish(channel, topology, world, "old")
     start = utc_now()
-    await _clock_passes(start)
+    await clock_passes(start)
 
     lines = await _tail(ops_settings, start.isoformat())
 
