@@ -40,6 +40,7 @@ from bench.sql import (
 )
 from bench.world import Target, content_for, tool_call
 from contracts import Event, ToolCallCompleted, ToolCallRequested, decode_event
+from infra.storage.engine import SESSION_OPTIONS
 from worker.adapters.inbox import claim_params
 from worker.adapters.memory_store import pipelined_transaction
 from worker.core.model import WrittenMemory
@@ -171,7 +172,10 @@ async def _client(
     ready: asyncio.Barrier,
 ) -> tuple[int, int, float, float]:
     """(calls, failures, started, ended) of one client."""
-    connection = await psycopg.AsyncConnection.connect(url, row_factory=dict_row, autocommit=True)
+    # The worker's session settings (its custom plans), as its engine connects.
+    connection = await psycopg.AsyncConnection.connect(
+        url, row_factory=dict_row, autocommit=True, options=SESSION_OPTIONS
+    )
     async with connection:
         cursor = connection.cursor()
         outgoing = _Outgoing.of(sample)

@@ -58,6 +58,7 @@ from contracts import (
     result_routing_key,
     worker_queue_arguments,
 )
+from infra.storage.engine import SESSION_OPTIONS
 from worker.adapters.inbox import claim_params
 from worker.adapters.memory_writes import apply_params
 from worker.core.outgoing import OutgoingEvent
@@ -78,7 +79,8 @@ pool = AsyncConnectionPool(
     min_size=POOL_SIZE,
     max_size=POOL_SIZE,
     open=False,
-    kwargs={"row_factory": dict_row},
+    # The worker's session settings, as it runs the same statements.
+    kwargs={"row_factory": dict_row, "options": SESSION_OPTIONS},
 )
 broker = RabbitBroker(AMQP_URL, default_channel=Channel(prefetch_count=PREFETCH))
 

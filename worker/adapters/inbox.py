@@ -42,6 +42,9 @@ __all__ = [
     "stored_results",
 ]
 
+# The planner counts a JSON batch as 100 rows, and for that many it reads a table of up to
+# tens of thousands of rows whole: each join on a table that grows with use also names its
+# keys in an array, whose length it knows, so that it takes the index at every size.
 # Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
 # row locks in the same order; a copy of a call running elsewhere makes this wait, then skip
 # (and `_STORED_RESULTS`, a statement of its own, then reads what that one committed).
@@ -71,8 +74,11 @@ CLAIM: Final = psycopg_sql(
            coalesce(sc.memory_edit_policy, 'anyone') AS memory_edit_policy
     FROM input AS i
     LEFT JOIN claimed AS c ON c.tool_call_id = i.tool_call_id
-    LEFT JOIN servers AS s ON s.server_disc_id = i.server_disc_id
-    LEFT JOIN personas AS p ON p.persona_id = i.persona_id
+    LEFT JOIN servers AS s
+      ON s.server_disc_id = i.server_disc_id
+     AND s.server_disc_id = ANY(CAST(:server_disc_ids AS text[]))
+    LEFT JOIN personas AS p
+      ON p.persona_id = i.persona_id AND p.persona_id = ANY(CAST(:persona_ids AS integer[]))
     LEFT JOIN server_configs AS sc ON sc.server_id = s.server_id
     """
 )
@@ -96,6 +102,7 @@ FINISH: Final = psycopg_sql(
             tool_call_id text, status text, result jsonb
         )
         WHERE inbox.tool_call_id = a.tool_call_id
+          AND inbox.tool_call_id = ANY(CAST(:answered AS text[]))
     )
     {OUTBOX_INSERT}
     """
@@ -194,8 +201,10 @@ async def stored_results(
 # C on both sides, where psycopg dumps array parameters element by element in Python.
 
 
-def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
+def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, Any]:
     return {
+        "server_disc_ids": [call.context.server_disc_id for call in calls],
+        "persona_ids": [call.context.persona_id for call in calls],
         "calls": orjson.dumps(
             [
                 {
@@ -213,12 +222,15 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
                 }
                 for call in calls
             ]
-        ).decode()
+        ).decode(),
     }
 
 
-def answers_params(results: Sequence[ToolCallCompleted]) -> dict[str, str]:
-    return {"answers": orjson.dumps([_stored_answer(result) for result in results]).decode()}
+def answers_params(results: Sequence[ToolCallCompleted]) -> dict[str, Any]:
+    return {
+        "answers": orjson.dumps([_stored_answer(result) for result in results]).decode(),
+        "answered": [result.tool_call_id for result in results],
+    }
 
 
 def _stored_answer(result: ToolCallCompleted) -> dict[str, Any]:
