@@ -45,9 +45,11 @@ UNRECORDED: Final = frozenset(
         MemoryStatus.SAVE_INTERNAL_ERROR,
     }
 )
-# Errors a chaos run causes on purpose: aiormq logs each connection the broker closes.
+# Errors a chaos run causes on purpose: aiormq logs each connection the broker closes, and
+# each connection refused by a node that was killed (the worker then tries the next node).
 _EXPECTED_LOG_ERRORS: Final = (
     "Unexpected connection close from remote",
+    "error when creating transport",
     "worker.db_unavailable",
 )
 Revision = dict[str, Any]

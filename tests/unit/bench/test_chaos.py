@@ -28,6 +28,11 @@ def test_errors_the_faults_explain_are_not_reported(tmp_path: Path) -> None:
                 _line("info", "worker.consuming"),
                 _line("warning", "worker.broker_connection_lost"),
                 _line("error", 'Unexpected connection close from remote "amqp://..."'),
+                _line(
+                    "error",
+                    "error when creating transport: <AMQPConnectionError: (111, 'Connection"
+                    " refused')>",
+                ),
                 _line("error", "worker.db_unavailable"),
             ]
         )
