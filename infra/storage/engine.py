@@ -13,6 +13,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import TextClause, text
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
@@ -65,6 +66,11 @@ def create_engine(
     settings = SESSION_OPTIONS
     if lock_timeout_s is not None:
         settings += f" -c lock_timeout={lock_timeout_s * 1000:.0f}"
+    # A connect argument replaces the URL's own `options` (a search_path, say): those go
+    # after these, so that what the URL asks for is kept, and wins.
+    given = make_url(url).query.get("options")
+    if isinstance(given, str) and given.strip():
+        settings += f" {given.strip()}"
     options = {"application_name": application_name, "options": settings}
     return create_async_engine(
         url,

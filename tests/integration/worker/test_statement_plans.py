@@ -1,7 +1,8 @@
 """The batch's statements find their rows through the index at every size of the tables that
 grow with use (the inbox with each call, the servers and personas with each guild): neither a
 plan cached while a table was small, nor the hundred rows the planner expects of a batch's
-JSON, makes a call read a whole table."""
+JSON, makes a call read a whole table; and the settings that see to it leave those of the
+database URL in force."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from contracts import MemoryStatus, ResultData
-from infra.storage.engine import named_cursor
+from infra.settings import Settings
+from infra.storage.engine import create_engine, named_cursor
 from tests.integration.worker.checks import Pipeline
 from worker.adapters.inbox import PostgresInbox
 from worker.tools.base import result_for
@@ -75,3 +79,20 @@ async def test_claim_and_finish_keep_to_the_index_as_the_tables_grow(pipeline: P
     for table in ("tool_call_inbox", "servers", "personas"):
         assert after[table][0] == before[table][0], f"{table} read whole: {before} -> {after}"
         assert after[table][1] > before[table][1], f"{table} not read by index: {after}"
+
+
+async def test_the_session_s_settings_keep_those_of_the_url(settings: Settings) -> None:
+    url = make_url(settings.sqlalchemy_url).update_query_dict(
+        {"options": "-c statement_timeout=12345 -c random_page_cost=2"}
+    )
+    engine = create_engine(url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            timeout = await connection.scalar(text("SHOW statement_timeout"))
+            page_cost = await connection.scalar(text("SHOW random_page_cost"))
+    finally:
+        await engine.dispose()
+
+    assert timeout == "12345ms"
+    # The URL's own value wins over the project's.
+    assert page_cost == "2"
