@@ -172,7 +172,7 @@ async def _client(
     ready: asyncio.Barrier,
 ) -> tuple[int, int, float, float]:
     """(calls, failures, started, ended) of one client."""
-    # The worker's session settings (its custom plans), as its engine connects.
+    # The worker's session settings, as its engine connects.
     connection = await psycopg.AsyncConnection.connect(
         url, row_factory=dict_row, autocommit=True, options=SESSION_OPTIONS
     )
