@@ -40,7 +40,7 @@ from bench.sql import (
 )
 from bench.world import Target, content_for, tool_call
 from contracts import Event, ToolCallCompleted, ToolCallRequested, decode_event
-from infra.storage.engine import SESSION_OPTIONS
+from infra.storage.engine import session_options
 from worker.adapters.inbox import claim_params
 from worker.adapters.memory_store import pipelined_transaction
 from worker.core.model import WrittenMemory
@@ -174,7 +174,7 @@ async def _client(
     """(calls, failures, started, ended) of one client."""
     # The worker's session settings, as its engine connects.
     connection = await psycopg.AsyncConnection.connect(
-        url, row_factory=dict_row, autocommit=True, options=SESSION_OPTIONS
+        url, row_factory=dict_row, autocommit=True, options=session_options(url)
     )
     async with connection:
         cursor = connection.cursor()

@@ -58,7 +58,7 @@ from contracts import (
     result_routing_key,
     worker_queue_arguments,
 )
-from infra.storage.engine import SESSION_OPTIONS
+from infra.storage.engine import session_options
 from worker.adapters.inbox import claim_params
 from worker.adapters.memory_writes import apply_params
 from worker.core.outgoing import OutgoingEvent
@@ -80,7 +80,7 @@ pool = AsyncConnectionPool(
     max_size=POOL_SIZE,
     open=False,
     # The worker's session settings, as it runs the same statements.
-    kwargs={"row_factory": dict_row, "options": SESSION_OPTIONS},
+    kwargs={"row_factory": dict_row, "options": session_options(DATABASE_URL)},
 )
 broker = RabbitBroker(AMQP_URL, default_channel=Channel(prefetch_count=PREFETCH))
 

@@ -17,12 +17,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
-    "SESSION_OPTIONS",
     "create_engine",
     "fetch_all",
     "fetch_one",
     "named_cursor",
     "psycopg_sql",
+    "session_options",
 ]
 
 # A plan is cached while a table is small and kept until the table is next analyzed, which
@@ -31,7 +31,7 @@ __all__ = [
 # whole once it has grown. The working set is cached in memory, where a page read at random
 # costs about what a sequential one does (1.1, as for SSDs): priced so, the index wins at
 # every size.
-SESSION_OPTIONS: Final = "-c random_page_cost=1.1"
+_SESSION_OPTIONS: Final = "-c random_page_cost=1.1"
 
 
 def psycopg_sql(statement: str | TextClause) -> str:
@@ -63,15 +63,10 @@ def create_engine(
     after a database failover would otherwise fail; the worker's hot path retries instead.
     `application_name` is how `pg_stat_activity` names the process's sessions.
     """
-    settings = SESSION_OPTIONS
-    if lock_timeout_s is not None:
-        settings += f" -c lock_timeout={lock_timeout_s * 1000:.0f}"
-    # A connect argument replaces the URL's own `options` (a search_path, say): those go
-    # after these, so that what the URL asks for is kept, and wins.
-    given = make_url(url).query.get("options")
-    if isinstance(given, str) and given.strip():
-        settings += f" {given.strip()}"
-    options = {"application_name": application_name, "options": settings}
+    options = {
+        "application_name": application_name,
+        "options": session_options(url, lock_timeout_s=lock_timeout_s),
+    }
     return create_async_engine(
         url,
         pool_size=pool_size,
@@ -80,6 +75,21 @@ def create_engine(
         pool_recycle=1800,
         connect_args=options,
     )
+
+
+def session_options(url: str, *, lock_timeout_s: float | None = None) -> str:
+    """The `options` every session of the project connects with (psycopg's `options=`).
+
+    A connect argument replaces the URL's own `options` (a search_path, say): those go after
+    the project's, so that what the URL asks for is kept, and wins.
+    """
+    settings = _SESSION_OPTIONS
+    if lock_timeout_s is not None:
+        settings += f" -c lock_timeout={lock_timeout_s * 1000:.0f}"
+    given = make_url(url).query.get("options")
+    if isinstance(given, str) and given.strip():
+        settings += f" {given.strip()}"
+    return settings
 
 
 def named_cursor(connection: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:

@@ -43,8 +43,9 @@ __all__ = [
 ]
 
 # The planner counts a JSON batch as 100 rows, and for that many it reads a table of up to
-# tens of thousands of rows whole: each join on a table that grows with use also names its
-# keys in an array, whose length it knows, so that it takes the index at every size.
+# tens of thousands of rows whole: each join on a table that grows with use also matches its
+# keys against an array made from the batch, which it takes for a few, so that it uses the
+# index at every size.
 # Inbox rows first, in tool_call_id order, so that two workers' batches sharing calls take the
 # row locks in the same order; a copy of a call running elsewhere makes this wait, then skip
 # (and `_STORED_RESULTS`, a statement of its own, then reads what that one committed).
@@ -76,9 +77,9 @@ CLAIM: Final = psycopg_sql(
     LEFT JOIN claimed AS c ON c.tool_call_id = i.tool_call_id
     LEFT JOIN servers AS s
       ON s.server_disc_id = i.server_disc_id
-     AND s.server_disc_id = ANY(CAST(:server_disc_ids AS text[]))
+     AND s.server_disc_id = ANY(ARRAY(SELECT server_disc_id FROM input))
     LEFT JOIN personas AS p
-      ON p.persona_id = i.persona_id AND p.persona_id = ANY(CAST(:persona_ids AS integer[]))
+      ON p.persona_id = i.persona_id AND p.persona_id = ANY(ARRAY(SELECT persona_id FROM input))
     LEFT JOIN server_configs AS sc ON sc.server_id = s.server_id
     """
 )
@@ -95,14 +96,16 @@ _STORED_RESULTS: Final = psycopg_sql(
 # the transaction's start: with the request's time it is what the user waited.
 FINISH: Final = psycopg_sql(
     f"""
-    WITH answered AS (
-        UPDATE tool_call_inbox AS inbox
-        SET status = a.status, result = a.result, completed_at = clock_timestamp()
-        FROM json_to_recordset(CAST(:answers AS json)) AS a(
+    WITH answers AS (
+        SELECT * FROM json_to_recordset(CAST(:answers AS json)) AS a(
             tool_call_id text, status text, result jsonb
         )
+    ), answered AS (
+        UPDATE tool_call_inbox AS inbox
+        SET status = a.status, result = a.result, completed_at = clock_timestamp()
+        FROM answers AS a
         WHERE inbox.tool_call_id = a.tool_call_id
-          AND inbox.tool_call_id = ANY(CAST(:answered AS text[]))
+          AND inbox.tool_call_id = ANY(ARRAY(SELECT tool_call_id FROM answers))
     )
     {OUTBOX_INSERT}
     """
@@ -201,10 +204,8 @@ async def stored_results(
 # C on both sides, where psycopg dumps array parameters element by element in Python.
 
 
-def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, Any]:
+def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, str]:
     return {
-        "server_disc_ids": [call.context.server_disc_id for call in calls],
-        "persona_ids": [call.context.persona_id for call in calls],
         "calls": orjson.dumps(
             [
                 {
@@ -222,15 +223,12 @@ def claim_params(calls: Sequence[ToolCallRequested]) -> dict[str, Any]:
                 }
                 for call in calls
             ]
-        ).decode(),
+        ).decode()
     }
 
 
-def answers_params(results: Sequence[ToolCallCompleted]) -> dict[str, Any]:
-    return {
-        "answers": orjson.dumps([_stored_answer(result) for result in results]).decode(),
-        "answered": [result.tool_call_id for result in results],
-    }
+def answers_params(results: Sequence[ToolCallCompleted]) -> dict[str, str]:
+    return {"answers": orjson.dumps([_stored_answer(result) for result in results]).decode()}
 
 
 def _stored_answer(result: ToolCallCompleted) -> dict[str, Any]:
