@@ -1,7 +1,8 @@
 """The broker limit: consume a call, publish the worker's events for it (confirmed), ack.
 
 `python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json
-[--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]`
+[--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]
+[--database-url URL [--connections N]]`
 
 No database and no decoding: the least Python a consumer of this message shape can run,
 connected as the services connect (`infra.messaging.amqp`, its frame buffer included).
@@ -16,6 +17,12 @@ counts its results exactly as it counts the worker's.
 `Exchange.publish`, the least code; `--publish aiormq` publishes, consumes and acks on the
 underlying aiormq channel with `wait=False`, as the worker itself does, so that the worker
 can also be compared with a loop whose AMQP path is as lean as its own.
+
+`--database-url` makes it the committing loop: before publishing, each delivery's call is
+decoded and its update committed by the worker's own statements in the worker's pipelined
+transaction (`bench.db_limit.CommittingConnection`), on one of `--connections` connections,
+so that no call waits for another's transaction: the least a consumer that commits each call
+before answering it can take, with none of the worker's batching, checks or hooks.
 """
 
 from __future__ import annotations
@@ -24,14 +31,16 @@ import argparse
 import asyncio
 import signal
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 from aiormq.abc import DeliveredMessage
 
+from bench.db_limit import CommittingConnection
 from bench.samples import Sample, message_for, properties_for
-from contracts import Topology
+from contracts import Topology, decode_tool_call
 from infra.messaging import amqp
 from infra.messaging.topology import declare_topology
 
@@ -47,9 +56,54 @@ async def run_loop(
     stop: asyncio.Event,
     ready_file: Path | None = None,
     publish: str = "aio-pika",
+    database_url: str | None = None,
+    connections: int = 4,
 ) -> None:
-    """Consumes and answers until `stop` is set."""
+    """Consumes and answers until `stop` is set; with `database_url`, commits each call first."""
     topology = Topology(prefix)
+    idle: asyncio.Queue[CommittingConnection] = asyncio.Queue()
+    if database_url is not None:
+        for _ in range(connections):
+            idle.put_nowait(await CommittingConnection.connect(database_url, sample))
+
+    async def commit(body: bytes) -> None:
+        """The call's update, committed on an idle connection."""
+        call = decode_tool_call(body)
+        arguments = call.arguments_object() or {}
+        connection = await idle.get()
+        try:
+            memory = (call, int(arguments["memory_id"]), str(arguments["memory_content"]))
+            await connection.commit([memory])
+        finally:
+            idle.put_nowait(connection)
+
+    try:
+        await _consume(
+            amqp_url,
+            topology,
+            sample,
+            prefetch=prefetch,
+            stop=stop,
+            ready_file=ready_file,
+            publish=publish,
+            commit=commit if database_url is not None else None,
+        )
+    finally:
+        while not idle.empty():
+            await idle.get_nowait().close()
+
+
+async def _consume(
+    amqp_url: str,
+    topology: Topology,
+    sample: Sample,
+    *,
+    prefetch: int,
+    stop: asyncio.Event,
+    ready_file: Path | None,
+    publish: str,
+    commit: Callable[[bytes], Awaitable[None]] | None,
+) -> None:
     connection = await amqp.BrokerNodes([amqp.BrokerNode(amqp_url)]).connect(
         client_properties={"connection_name": "ltm-bench-broker-loop"}
     )
@@ -64,6 +118,8 @@ async def run_loop(
         queue = await channel.get_queue(topology.worker_queue, ensure=False)
 
         async def on_delivery(message: AbstractIncomingMessage) -> None:
+            if commit is not None:
+                await commit(message.body)
             correlation_id = message.correlation_id or ""
             await asyncio.gather(
                 *(
@@ -81,6 +137,8 @@ async def run_loop(
         assert isinstance(raw, aiormq.Channel)
 
         async def on_raw_delivery(message: DeliveredMessage) -> None:
+            if commit is not None:
+                await commit(message.body)
             correlation_id = message.header.properties.correlation_id or ""
             await asyncio.gather(
                 *(
@@ -116,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch", type=int, default=256)
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--publish", choices=("aio-pika", "aiormq"), default="aio-pika")
+    parser.add_argument("--database-url", help="commit each call first, in this database")
+    parser.add_argument("--connections", type=int, default=4)
     args = parser.parse_args(argv)
     import uvloop
 
@@ -130,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             stop=stop,
             ready_file=args.ready_file,
             publish=args.publish,
+            database_url=args.database_url,
+            connections=args.connections,
         )
 
     uvloop.run(until_terminated())

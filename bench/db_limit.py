@@ -8,7 +8,8 @@ and the server state; the scoped update with its revision; the finish statement 
 rows and the stored result) with the commit. Each client updates its own share of the
 memories, so that clients do not wait on each other's row locks. With `batch` > 1, that many
 calls share each transaction (each statement takes the whole batch), which is what the worker
-does with calls that arrive together.
+does with calls that arrive together. The broker loop's committing mode commits each call it
+consumes through the same `CommittingConnection`.
 
 The events queued are the sample's (what the running worker emitted for one call), each
 with a fresh id and the call's ids, and their captured bodies: the outbox stores what the
@@ -49,7 +50,7 @@ from worker.core.records import PlannedWrite
 from worker.core.update import result_of_update
 from worker.tools.base import result_for
 
-__all__ = ["DbFigure", "as_dict", "measure"]
+__all__ = ["CommittingConnection", "DbFigure", "as_dict", "measure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,51 +95,64 @@ def _reissued(event: Event, call: ToolCallRequested) -> Event:
     return event.model_copy(update=update)
 
 
-async def _one_transaction(
-    connection: psycopg.AsyncConnection[DictRow],
-    cursor: psycopg.AsyncCursor[DictRow],
-    calls: Sequence[tuple[ToolCallRequested, int, str]],
-    outgoing: _Outgoing,
-    published: list[uuid.UUID],
-) -> tuple[int, list[uuid.UUID]]:
-    """One transaction's statements for (call, memory id, content) triples, and the mark of
-    the previous transaction's outbox rows (`published`), as a busy worker commits them, in
-    the worker's own pipelined transaction (three round trips).
+class CommittingConnection:
+    """One connection committing the worker's transactions (`commit`), each marking the
+    outbox rows the previous one queued, as a busy worker marks them in its next commit."""
 
-    Returns how many calls found their memory, and the event ids this one queued.
-    """
-    requests = [call for call, _, _ in calls]
-    async with pipelined_transaction(connection):
-        if published:
-            await cursor.execute(MARK_PUBLISHED, {"event_ids": published}, prepare=True)
-        await cursor.execute(CLAIM, claim_params(requests), prepare=True)
-        states = {row["tool_call_id"]: row for row in await cursor.fetchall()}
-        writes: list[PlannedWrite] = []
-        for call, memory_id, content in calls:
-            state = states[call.tool_call_id]
-            assert state["claimed"] and state["server_id"] is not None, state
-            writes.append(server_update(call, state, memory_id=memory_id, content=content))
-        written: dict[str, WrittenMemory] = {}
-        for params in apply_batches(writes):
-            await cursor.execute(APPLY, params, prepare=True)
-            for row in await cursor.fetchall():
-                written[row["tool_call_id"]] = WrittenMemory(
-                    revision_id=row["revision_id"],
-                    content_before=row["content_before"],
-                    persona_lineage_id=row["persona_lineage_id"],
-                )
-        results: list[ToolCallCompleted] = []
-        events: list[OutgoingEvent] = []
-        bodies: list[bytes] = []
-        for call, planned in zip(requests, writes, strict=True):
-            memory = written.get(call.tool_call_id)
-            if memory is None:
-                continue  # not the bench's case: its memories exist; counted as a failure
-            results.append(result_for(call, *result_of_update(planned.write, memory)))
-            events.extend(outgoing.for_call(call))
-            bodies.extend(outgoing.bodies)
-        await cursor.execute(FINISH, finish_params(results, events, bodies), prepare=True)
-    return len(written), [outgoing.event.event_id for outgoing in events]
+    def __init__(self, connection: psycopg.AsyncConnection[DictRow], sample: Sample) -> None:
+        self._connection = connection
+        self._cursor = connection.cursor()
+        self._outgoing = _Outgoing.of(sample)
+        self._published: list[uuid.UUID] = []
+
+    @classmethod
+    async def connect(cls, url: str, sample: Sample) -> CommittingConnection:
+        """Connected with the worker's session settings, as its engine connects."""
+        connection = await psycopg.AsyncConnection.connect(
+            url, row_factory=dict_row, autocommit=True, options=session_options(url)
+        )
+        return cls(connection, sample)
+
+    async def close(self) -> None:
+        await self._connection.close()
+
+    async def commit(self, calls: Sequence[tuple[ToolCallRequested, int, str]]) -> int:
+        """One transaction's statements for (call, memory id, content) triples, in the
+        worker's own pipelined transaction (three round trips); how many found their memory."""
+        cursor, outgoing = self._cursor, self._outgoing
+        requests = [call for call, _, _ in calls]
+        async with pipelined_transaction(self._connection):
+            if self._published:
+                await cursor.execute(MARK_PUBLISHED, {"event_ids": self._published}, prepare=True)
+            await cursor.execute(CLAIM, claim_params(requests), prepare=True)
+            states = {row["tool_call_id"]: row for row in await cursor.fetchall()}
+            writes: list[PlannedWrite] = []
+            for call, memory_id, content in calls:
+                state = states[call.tool_call_id]
+                assert state["claimed"] and state["server_id"] is not None, state
+                writes.append(server_update(call, state, memory_id=memory_id, content=content))
+            written: dict[str, WrittenMemory] = {}
+            for params in apply_batches(writes):
+                await cursor.execute(APPLY, params, prepare=True)
+                for row in await cursor.fetchall():
+                    written[row["tool_call_id"]] = WrittenMemory(
+                        revision_id=row["revision_id"],
+                        content_before=row["content_before"],
+                        persona_lineage_id=row["persona_lineage_id"],
+                    )
+            results: list[ToolCallCompleted] = []
+            events: list[OutgoingEvent] = []
+            bodies: list[bytes] = []
+            for call, planned in zip(requests, writes, strict=True):
+                memory = written.get(call.tool_call_id)
+                if memory is None:
+                    continue  # not the bench's case: its memories exist; counted as a failure
+                results.append(result_for(call, *result_of_update(planned.write, memory)))
+                events.extend(outgoing.for_call(call))
+                bodies.extend(outgoing.bodies)
+            await cursor.execute(FINISH, finish_params(results, events, bodies), prepare=True)
+        self._published = [outgoing.event.event_id for outgoing in events]
+        return len(written)
 
 
 def _call(
@@ -172,28 +186,19 @@ async def _client(
     ready: asyncio.Barrier,
 ) -> tuple[int, int, float, float]:
     """(calls, failures, started, ended) of one client."""
-    # The worker's session settings, as its engine connects.
-    connection = await psycopg.AsyncConnection.connect(
-        url, row_factory=dict_row, autocommit=True, options=session_options(url)
-    )
-    async with connection:
-        cursor = connection.cursor()
-        outgoing = _Outgoing.of(sample)
+    connection = await CommittingConnection.connect(url, sample)
+    try:
         templates: dict[Target, ToolCallRequested] = {}
         number = 0
-        published: list[uuid.UUID] = []
 
         async def transaction() -> int:
-            nonlocal number, published
+            nonlocal number
             calls = []
             for _ in range(batch):
                 target = targets[number % len(targets)]
                 calls.append(_call(templates, target, f"{tag}:{number}", number))
                 number += 1
-            found, published = await _one_transaction(
-                connection, cursor, calls, outgoing, published
-            )
-            return found
+            return await connection.commit(calls)
 
         for _ in range(warmup):
             await transaction()
@@ -205,6 +210,8 @@ async def _client(
             failures += batch - await transaction()
             calls += batch
         return calls, failures, started, time.perf_counter()
+    finally:
+        await connection.close()
 
 
 async def measure(

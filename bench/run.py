@@ -22,8 +22,11 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
 5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker,
    after its warm-up, once the machine has settled (`bench.machine.settle`); and the floor
    (`latency_floor_p50_ms` … `_p99_ms`): the broker loop of 3 driven the same way, at the same
-   rate: what the broker and the bench alone leave of the tail. In rounds, the two taking
-   turns; each percentile is the median of the rounds'.
+   rate: what the broker and the bench alone leave of the tail; and the committing floor
+   (`latency_committed_floor_p50_ms` … `_p99_ms`): the same loop committing each call's
+   update with the worker's own statements first (`bench.broker_loop --database-url`), on a
+   connection of its own, so no call waits for another: what committing before answering
+   adds. In rounds, the three taking turns; each percentile is the median of the rounds'.
 5b. The same two figures for the create tool (`create_throughput`, `create_ratio_vs_broker`
    against the broker loop publishing a creation's events; `create_p50_ms` … `create_p99_ms`),
    against the same targets (the latency in rounds too): each call saves a new server memory
@@ -371,12 +374,20 @@ async def _broker_loop(
 
 
 async def _latency_floor(
-    bench: Bench, config: Config, sample_path: Path, calls: CallMaker
+    bench: Bench,
+    config: Config,
+    sample_path: Path,
+    calls: CallMaker,
+    *,
+    database_url: str | None = None,
 ) -> LatencyFigure:
     """The broker-limit loop driven as the worker's latency run is (same rate, warm-up,
     settling, publish to result at this process): the latency the broker and the bench
-    alone leave, with no database and no worker code."""
-    loop, ready = _broker_loop_child(bench, "broker-floor", sample_path)
+    alone leave, with no database and no worker code; with `database_url`, the loop commits
+    each call's update there first (`bench.broker_loop`'s committing loop)."""
+    options = () if database_url is None else ("--database-url", database_url)
+    name = "broker-floor" if database_url is None else "broker-committed-floor"
+    loop, ready = _broker_loop_child(bench, name, sample_path, *options)
     loop.start()
     try:
         await loop.wait_file(ready)
@@ -638,14 +649,27 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 async def floor_latency(number: int) -> LatencyFigure:
                     return await _latency_floor(bench, config, sample_path, updates)
 
-                # The floor, in the same rounds: what the worker's tail is held against.
+                async def committed_floor_latency(number: int) -> LatencyFigure:
+                    return await _latency_floor(
+                        bench, config, sample_path, updates, database_url=url
+                    )
+
+                # The floors, in the same rounds: what the worker's tail is held against, and
+                # what committing each call before its answer leaves of it.
                 rounds = await latency_rounds(
                     config.rounds,
-                    (("worker", fresh_latency("latency", updates)), ("floor", floor_latency)),
+                    (
+                        ("worker", fresh_latency("latency", updates)),
+                        ("floor", floor_latency),
+                        ("committed_floor", committed_floor_latency),
+                    ),
                 )
                 details["latency_rounds"] = rounds
                 results.update(median_percentiles(rounds, "worker"))
                 results.update(median_percentiles(rounds, "floor", prefix="latency_floor_"))
+                results.update(
+                    median_percentiles(rounds, "committed_floor", prefix="latency_committed_floor_")
+                )
 
         if phases.wanted("tracing"):
             async with phases.phase("tracing"), SpanSink() as default_sink, SpanSink() as sink:
@@ -931,6 +955,12 @@ def render_table(results: dict[str, Any]) -> str:
         (
             "latency_floor p50 | p99 (broker loop, same rate)",
             side_by_side(("latency_floor_p50_ms", "latency_floor_p99_ms"), " ms"),
+        ),
+        (
+            "latency_committed_floor p50 | p99 (loop committing each call)",
+            side_by_side(
+                ("latency_committed_floor_p50_ms", "latency_committed_floor_p99_ms"), " ms"
+            ),
         ),
         # Tracing off and on side by side, measured alike and in turns.
         (

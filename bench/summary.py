@@ -246,6 +246,25 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
         holds=operator.le,
         measured=lambda r: _quotient(r, "p99_ms", "latency_floor_p99_ms", " ms"),
     ),
+    Reported(
+        lambda r: (
+            "the committing floor (the loop committing each call's update first, none waiting"
+            " for another's), p50 / p95 / p99"
+        ),
+        lambda r: _shows(
+            r,
+            (
+                "latency_committed_floor_p50_ms",
+                "latency_committed_floor_p95_ms",
+                "latency_committed_floor_p99_ms",
+            ),
+            " ms",
+        ),
+    ),
+    Reported(
+        lambda r: "the tail over the committing floor: worker's p99 / the committing floor's",
+        lambda r: _quotient(r, "p99_ms", "latency_committed_floor_p99_ms", " ms"),
+    ),
     Target(
         key="p99_vs_create_p99",
         figure=lambda r: "the update's p99 / the create's",

@@ -33,6 +33,8 @@ def _results() -> dict[str, Any]:
         "p99_ms": 22.5,  # over its 15 ms: missed
         "latency_floor_p50_ms": 2.5,
         "latency_floor_p99_ms": 8.25,
+        "latency_committed_floor_p50_ms": 5.5,
+        "latency_committed_floor_p99_ms": 19.0,
         "cluster_ratio": 0.43,
         "rss_mb": 131.0,  # over its 120 MB: missed
         "cost_1m_vs_10k": 1.04,  # met
@@ -74,6 +76,9 @@ def test_the_raw_table_has_the_figures_and_no_target_or_met_column() -> None:
     assert _row(table, "throughput (worker)").endswith("621 /s")
     assert _row(table, "latency_floor p50 | p99 (broker loop, same rate)").endswith(
         "2.50 | 8.25 ms"
+    )
+    assert _row(table, "latency_committed_floor p50 | p99 (loop committing each call)").endswith(
+        "5.50 | 19.0 ms"
     )
     assert _row(table, "cluster_ratio (3 replicas, one machine)").endswith("0.43")
 

@@ -70,6 +70,22 @@ def test_the_tail_is_held_to_twice_the_floor_measured_in_the_same_run() -> None:
     assert evaluate({"p99_ms": 40.0})["p99_vs_floor"]["met"] is None
 
 
+def test_the_committing_floor_is_reported_beside_the_tail_held_to_nothing() -> None:
+    results = {
+        "p99_ms": 30.0,
+        "latency_committed_floor_p50_ms": 6.2,
+        "latency_committed_floor_p95_ms": 14.0,
+        "latency_committed_floor_p99_ms": 24.0,
+    }
+
+    assert _row(results, "the committing floor")["measured"] == "6.20 / 14.0 / 24.0 ms"
+    over = _row(results, "the tail over the committing floor")
+    assert over["measured"] == "30.0 / 24.0 ms = 1.25"
+    assert (over["target"], over["met"]) == ("", NOT_JUDGED)
+    # It judges nothing: the tail's target is the broker floor's alone.
+    assert evaluate(results)["p99_vs_floor"]["met"] is None
+
+
 def test_the_updates_tail_is_no_worse_than_the_creates() -> None:
     assert evaluate({"p99_ms": 24.5, "create_p99_ms": 24.5})["p99_vs_create_p99"]["met"] is True
     assert evaluate({"p99_ms": 57.9, "create_p99_ms": 24.5})["p99_vs_create_p99"]["met"] is False
