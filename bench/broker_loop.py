@@ -2,7 +2,7 @@
 
 `python -m bench.broker_loop --amqp-url URL --prefix P --sample SAMPLE.json
 [--prefetch N] [--ready-file PATH] [--publish aio-pika|aiormq]
-[--database-url URL [--connections N]]`
+[--database-url URL]`
 
 No database and no decoding: the least Python a consumer of this message shape can run,
 connected as the services connect (`infra.messaging.amqp`, its frame buffer included).
@@ -20,9 +20,10 @@ can also be compared with a loop whose AMQP path is as lean as its own.
 
 `--database-url` makes it the committing loop: before publishing, each delivery's call is
 decoded and its update committed by the worker's own statements in the worker's pipelined
-transaction (`bench.db_limit.CommittingConnection`), on one of `--connections` connections,
-so that no call waits for another's transaction: the least a consumer that commits each call
-before answering it can take, with none of the worker's batching, checks or hooks.
+transaction (`bench.db_limit.CommittingConnection`), the calls that arrive together sharing a
+transaction through the worker's own `CallBatcher`, at the worker's batch size and as many
+transactions at a time as the worker runs: what committing before answering costs, with none
+of the worker's checks, pipeline or hooks.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import signal
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Final
 
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
@@ -40,11 +42,19 @@ from aiormq.abc import DeliveredMessage
 
 from bench.db_limit import CommittingConnection
 from bench.samples import Sample, message_for, properties_for
-from contracts import Topology, decode_tool_call
+from contracts import ToolCallRequested, Topology, decode_tool_call
 from infra.messaging import amqp
 from infra.messaging.topology import declare_topology
+from infra.settings import Settings
+from worker.batching import CallBatcher
 
 __all__ = ["main", "run_loop"]
+
+_WORKER: Final = Settings()
+# As the worker's batcher runs them (`ltm.composition`).
+_BATCHES_AT_A_TIME: Final = min(_WORKER.batch_concurrency, _WORKER.db_pool_size)
+# A call's update: the call, its memory's id and the new content.
+_Memory = tuple[ToolCallRequested, int, str]
 
 
 async def run_loop(
@@ -57,25 +67,35 @@ async def run_loop(
     ready_file: Path | None = None,
     publish: str = "aio-pika",
     database_url: str | None = None,
-    connections: int = 4,
 ) -> None:
     """Consumes and answers until `stop` is set; with `database_url`, commits each call first."""
     topology = Topology(prefix)
     idle: asyncio.Queue[CommittingConnection] = asyncio.Queue()
     if database_url is not None:
-        for _ in range(connections):
+        for _ in range(_BATCHES_AT_A_TIME):
             idle.put_nowait(await CommittingConnection.connect(database_url, sample))
 
-    async def commit(body: bytes) -> None:
-        """The call's update, committed on an idle connection."""
-        call = decode_tool_call(body)
-        arguments = call.arguments_object() or {}
+    async def commit_batch(memories: list[_Memory]) -> list[None]:
         connection = await idle.get()
         try:
-            memory = (call, int(arguments["memory_id"]), str(arguments["memory_content"]))
-            await connection.commit([memory])
+            await connection.commit(memories)
         finally:
             idle.put_nowait(connection)
+        return [None] * len(memories)
+
+    batcher: CallBatcher[_Memory, None] = CallBatcher(
+        commit_batch,
+        max_batch=_WORKER.max_batch,
+        concurrency=_BATCHES_AT_A_TIME,
+        shared_fault=lambda _: True,
+    )
+
+    async def commit(body: bytes) -> None:
+        """The call's update, committed with the calls that arrive with it."""
+        call = decode_tool_call(body)
+        arguments = call.arguments_object() or {}
+        memory = (call, int(arguments["memory_id"]), str(arguments["memory_content"]))
+        await batcher.submit(call.tool_call_id, memory)
 
     try:
         await _consume(
@@ -89,6 +109,7 @@ async def run_loop(
             commit=commit if database_url is not None else None,
         )
     finally:
+        await batcher.close()
         while not idle.empty():
             await idle.get_nowait().close()
 
@@ -175,7 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--publish", choices=("aio-pika", "aiormq"), default="aio-pika")
     parser.add_argument("--database-url", help="commit each call first, in this database")
-    parser.add_argument("--connections", type=int, default=4)
     args = parser.parse_args(argv)
     import uvloop
 
@@ -191,7 +211,6 @@ def main(argv: list[str] | None = None) -> int:
             ready_file=args.ready_file,
             publish=args.publish,
             database_url=args.database_url,
-            connections=args.connections,
         )
 
     uvloop.run(until_terminated())

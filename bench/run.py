@@ -24,13 +24,15 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    (`latency_floor_p50_ms` … `_p99_ms`): the broker loop of 3 driven the same way, at the same
    rate: what the broker and the bench alone leave of the tail; and the committing floor
    (`latency_committed_floor_p50_ms` … `_p99_ms`): the same loop committing each call's
-   update with the worker's own statements first (`bench.broker_loop --database-url`), on a
-   connection of its own, so no call waits for another: what committing before answering
-   adds. In rounds, the three taking turns; each percentile is the median of the rounds'.
+   update with the worker's own statements first, batched by the worker's own batcher
+   (`bench.broker_loop --database-url`): what committing before answering adds, with none of
+   the worker's pipeline. In rounds, the contenders taking turns; each percentile is the median of
+   the rounds'.
 5b. The same two figures for the create tool (`create_throughput`, `create_ratio_vs_broker`
    against the broker loop publishing a creation's events; `create_p50_ms` … `create_p99_ms`),
-   against the same targets (the latency in rounds too): each call saves a new server memory
-   in a server kept for the creations (`--create-servers` of them, each holding
+   against the same targets (the latency in the rounds of 5, a fourth contender, so that the
+   update's tail is compared with a create's measured beside it): each call saves a new server
+   memory in a server kept for the creations (`--create-servers` of them, each holding
    `--create-seeded` memories before a run, so that a run's creations stay under the limit;
    what they saved is removed between runs).
 5c. Tracing off, at the default sampling, and with every call sampled, side by side
@@ -157,7 +159,6 @@ PHASES: Final = (
     "tracing",
     "seen",
     "create_throughput",
-    "create_latency",
     "cost_1m_vs_10k",
     "scaling",
     "cluster",
@@ -444,7 +445,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         targets = await pick_targets(url, most, seed=1)
         updates = updates_of(targets)
         creations: CallMaker | None = None
-        if phases.wanted("create_throughput") or phases.wanted("create_latency"):
+        if phases.wanted("create_throughput") or phases.wanted("latency"):
             await seed_create_servers(
                 url, config.create_servers, memories_each=config.create_seeded
             )
@@ -654,14 +655,18 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         bench, config, sample_path, updates, database_url=url
                     )
 
-                # The floors, in the same rounds: what the worker's tail is held against, and
-                # what committing each call before its answer leaves of it.
+                # In the same rounds: the floors, what the worker's tail is held against and
+                # what committing each call before its answer leaves of it; and the create's
+                # tail, which the update's is held to: two phases apart, the machine's drift
+                # would decide that comparison.
+                assert creations is not None
                 rounds = await latency_rounds(
                     config.rounds,
                     (
                         ("worker", fresh_latency("latency", updates)),
                         ("floor", floor_latency),
                         ("committed_floor", committed_floor_latency),
+                        ("create", fresh_latency("latency-create", creations)),
                     ),
                 )
                 details["latency_rounds"] = rounds
@@ -670,6 +675,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 results.update(
                     median_percentiles(rounds, "committed_floor", prefix="latency_committed_floor_")
                 )
+                results.update(median_percentiles(rounds, "create", prefix="create_"))
 
         if phases.wanted("tracing"):
             async with phases.phase("tracing"), SpanSink() as default_sink, SpanSink() as sink:
@@ -779,15 +785,6 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     results["create_broker_limit_tps"],
                     results["create_ratio_vs_broker"],
                 ) = paired_medians(rounds)
-
-        if phases.wanted("create_latency"):
-            async with phases.phase("create_latency"):
-                assert creations is not None
-                rounds = await latency_rounds(
-                    config.rounds, (("worker", fresh_latency("latency-create", creations)),)
-                )
-                details["create_latency_rounds"] = rounds
-                results.update(median_percentiles(rounds, "worker", prefix="create_"))
 
         if config.big_memories > 0 and phases.wanted("cost_1m_vs_10k"):
             async with phases.phase("cost_1m_vs_10k"):

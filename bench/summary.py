@@ -248,8 +248,8 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     ),
     Reported(
         lambda r: (
-            "the committing floor (the loop committing each call's update first, none waiting"
-            " for another's), p50 / p95 / p99"
+            "the committing floor (the loop committing each call's update first, batched as"
+            " the worker batches), p50 / p95 / p99"
         ),
         lambda r: _shows(
             r,
