@@ -44,6 +44,8 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    `OTEL_TRACES_SAMPLER` (the worker's own default decides), `on` sets
    `parentbased_always_on`; the bench's calls carry no `traceparent` and no `OTEL_*` of the
    shell reaches its processes, so a parent-based sampler has no caller's flag to follow.
+   In the same rounds the untraced worker runs a second time (`tracing_off_again_vs_off`, no
+   target): a ratio that should be 1, which says how far the rounds move on their own.
 5d. Updates carrying `context.seen` of 25 entries (the target at its current revision, so
    that each applies) against the same updates without, side by side (`seen_25_tps` /
    `none_tps` and `seen_25_vs_none_throughput` in paired rounds as in 3, then `seen_25_p50_ms`
@@ -694,16 +696,23 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     config.rounds,
                     ("off", fresh_workers("untraced", updates, env=tracings["off"])),
                     [
-                        (label, fresh_workers(f"traced-{label}", updates, env=tracings[label]))
-                        for label in ("default", "on")
+                        *(
+                            (label, fresh_workers(f"traced-{label}", updates, env=tracings[label]))
+                            for label in ("default", "on")
+                        ),
+                        # The untraced worker again: what the rounds move by with no change.
+                        (
+                            "off_again",
+                            fresh_workers("untraced-again", updates, env=tracings["off"]),
+                        ),
                     ],
                 )
                 details["tracing_rounds"] = rounds
-                for label in tracings:
+                for label in (*tracings, "off_again"):
                     results[f"tracing_{label}_tps"] = round(
                         median(r[label]["tps"] for r in rounds), 1
                     )
-                for label in ("default", "on"):
+                for label in ("default", "on", "off_again"):
                     results[f"tracing_{label}_vs_off"] = round(
                         median(r["ratio"][label] for r in rounds), 3
                     )
@@ -966,6 +975,7 @@ def render_table(results: dict[str, Any]) -> str:
         ),
         ("tracing_default_vs_off (throughput)", value("tracing_default_vs_off")),
         ("tracing_on_vs_off (every call sampled)", value("tracing_on_vs_off")),
+        ("tracing_off_again_vs_off (the same untraced worker)", value("tracing_off_again_vs_off")),
         ("seen 25 | none: throughput", side_by_side(("seen_25_tps", "none_tps"), " /s")),
         ("seen_25_vs_none_throughput", value("seen_25_vs_none_throughput")),
         ("seen 25 | none: p50", side_by_side(("seen_25_p50_ms", "none_p50_ms"), " ms")),

@@ -316,6 +316,12 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
             r, ("tracing_on_tps", "tracing_off_tps"), "tracing_on_vs_off"
         ),
     ),
+    Reported(
+        lambda r: "the same untraced worker again / off (how far the phase's rounds move)",
+        lambda r: _rates_and_median(
+            r, ("tracing_off_again_tps", "tracing_off_tps"), "tracing_off_again_vs_off"
+        ),
+    ),
     Target(
         key="tracing_off_p99_ms",
         figure=lambda r: "p99, tracing off / default / every call sampled",

@@ -86,6 +86,20 @@ def test_the_committing_floor_is_reported_beside_the_tail_held_to_nothing() -> N
     assert evaluate(results)["p99_vs_floor"]["met"] is None
 
 
+def test_the_untraced_worker_run_twice_is_reported_as_the_rounds_spread() -> None:
+    results = {
+        "tracing_off_again_tps": 870.0,
+        "tracing_off_tps": 940.0,
+        "tracing_off_again_vs_off": 0.92,
+    }
+
+    row = _row(results, "the same untraced worker again")
+    # The median of the rounds' ratios, not the quotient of the median rates (0.93).
+    assert row["measured"] == "870 / 940 calls/s = 0.92"
+    assert (row["target"], row["met"]) == ("", NOT_JUDGED)
+    assert "tracing_off_again_vs_off" not in evaluate(results)
+
+
 def test_the_updates_tail_is_no_worse_than_the_creates() -> None:
     assert evaluate({"p99_ms": 24.5, "create_p99_ms": 24.5})["p99_vs_create_p99"]["met"] is True
     assert evaluate({"p99_ms": 57.9, "create_p99_ms": 24.5})["p99_vs_create_p99"]["met"] is False
