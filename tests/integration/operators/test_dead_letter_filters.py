@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -233,17 +232,16 @@ async def test_a_filtered_purge_answered_no_removes_nothing(
 async def test_ten_thousand_letters_replay_quickly_without_a_rate(
     ops_settings: Settings, channel: AbstractChannel, topology: Topology
 ) -> None:
-    # Confirms come back windowed: a round trip per letter would take minutes here.
+    # Confirms come back windowed: a round trip per letter would take minutes here, beyond the
+    # suite's per-test timeout (pyproject's `timeout`); its speed is not asserted here.
     many = 10_000
     await _publish_letters(channel, topology, many)
     await _depth_is(channel, topology.dead_letter_queue, many)
     out = io.StringIO()
 
-    started = time.monotonic()
     code = await replay_dead_letters(
         ops_settings, None, dead_letter_filter=TIMEOUTS, reason="load", rate=0, out=out
     )
-    took = time.monotonic() - started
 
     assert code == 0, out.getvalue()[-500:]
     assert out.getvalue().splitlines()[-1] == (
@@ -251,7 +249,6 @@ async def test_ten_thousand_letters_replay_quickly_without_a_rate(
     )
     await _depth_is(channel, topology.worker_queue, many)
     await _depth_is(channel, topology.dead_letter_queue, 0)
-    assert took < 120, f"{many} replays took {took:.1f} s"
 
 
 async def _publish_letters(channel: AbstractChannel, topology: Topology, count: int) -> None:
