@@ -32,9 +32,7 @@ import argparse
 import asyncio
 import signal
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final
 
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
@@ -50,11 +48,52 @@ from worker.batching import CallBatcher
 
 __all__ = ["main", "run_loop"]
 
-_WORKER: Final = Settings()
-# As the worker's batcher runs them (`ltm.composition`).
-_BATCHES_AT_A_TIME: Final = min(_WORKER.batch_concurrency, _WORKER.db_pool_size)
 # A call's update: the call, its memory's id and the new content.
 _Memory = tuple[ToolCallRequested, int, str]
+
+
+class _Committer:
+    """The committing loop's part: each consumed call's update, committed before it is
+    answered, with the calls that arrive together, as the worker's batcher runs them
+    (`ltm.composition`: its batch size, as many transactions at a time, a connection each)."""
+
+    def __init__(self, connections: list[CommittingConnection], max_batch: int) -> None:
+        self._idle: asyncio.Queue[CommittingConnection] = asyncio.Queue()
+        for connection in connections:
+            self._idle.put_nowait(connection)
+        self._batcher: CallBatcher[_Memory, None] = CallBatcher(
+            self._commit_batch,
+            max_batch=max_batch,
+            concurrency=len(connections),
+            shared_fault=lambda _: True,
+        )
+
+    @classmethod
+    async def open(cls, url: str, sample: Sample) -> _Committer:
+        worker = Settings()
+        at_a_time = min(worker.batch_concurrency, worker.db_pool_size)
+        connections = [await CommittingConnection.connect(url, sample) for _ in range(at_a_time)]
+        return cls(connections, worker.max_batch)
+
+    async def commit(self, body: bytes) -> None:
+        """The delivered call's update, committed with the calls that arrive with it."""
+        call = decode_tool_call(body)
+        arguments = call.arguments_object() or {}
+        memory = (call, int(arguments["memory_id"]), str(arguments["memory_content"]))
+        await self._batcher.submit(call.tool_call_id, memory)
+
+    async def _commit_batch(self, memories: list[_Memory]) -> list[None]:
+        connection = await self._idle.get()
+        try:
+            await connection.commit(memories)
+        finally:
+            self._idle.put_nowait(connection)
+        return [None] * len(memories)
+
+    async def close(self) -> None:
+        await self._batcher.close()
+        while not self._idle.empty():
+            await self._idle.get_nowait().close()
 
 
 async def run_loop(
@@ -70,121 +109,71 @@ async def run_loop(
 ) -> None:
     """Consumes and answers until `stop` is set; with `database_url`, commits each call first."""
     topology = Topology(prefix)
-    idle: asyncio.Queue[CommittingConnection] = asyncio.Queue()
-    if database_url is not None:
-        for _ in range(_BATCHES_AT_A_TIME):
-            idle.put_nowait(await CommittingConnection.connect(database_url, sample))
-
-    async def commit_batch(memories: list[_Memory]) -> list[None]:
-        connection = await idle.get()
-        try:
-            await connection.commit(memories)
-        finally:
-            idle.put_nowait(connection)
-        return [None] * len(memories)
-
-    batcher: CallBatcher[_Memory, None] = CallBatcher(
-        commit_batch,
-        max_batch=_WORKER.max_batch,
-        concurrency=_BATCHES_AT_A_TIME,
-        shared_fault=lambda _: True,
-    )
-
-    async def commit(body: bytes) -> None:
-        """The call's update, committed with the calls that arrive with it."""
-        call = decode_tool_call(body)
-        arguments = call.arguments_object() or {}
-        memory = (call, int(arguments["memory_id"]), str(arguments["memory_content"]))
-        await batcher.submit(call.tool_call_id, memory)
-
+    committer = None if database_url is None else await _Committer.open(database_url, sample)
     try:
-        await _consume(
-            amqp_url,
-            topology,
-            sample,
-            prefetch=prefetch,
-            stop=stop,
-            ready_file=ready_file,
-            publish=publish,
-            commit=commit if database_url is not None else None,
+        connection = await amqp.BrokerNodes([amqp.BrokerNode(amqp_url)]).connect(
+            client_properties={"connection_name": "ltm-bench-broker-loop"}
         )
+        async with connection:
+            setup = await connection.channel()
+            await declare_topology(setup, topology)
+            await setup.close()
+            publisher = await connection.channel(publisher_confirms=True)
+            events = await publisher.get_exchange(topology.events_exchange, ensure=False)
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=prefetch)
+            queue = await channel.get_queue(topology.worker_queue, ensure=False)
+
+            async def on_delivery(message: AbstractIncomingMessage) -> None:
+                if committer is not None:
+                    await committer.commit(message.body)
+                correlation_id = message.correlation_id or ""
+                await asyncio.gather(
+                    *(
+                        events.publish(
+                            message_for(event, str(uuid.uuid4()), correlation_id),
+                            event.routing_key,
+                            mandatory=False,
+                        )
+                        for event in sample.events
+                    )
+                )
+                await message.ack()
+
+            raw = await publisher.get_underlay_channel()
+            assert isinstance(raw, aiormq.Channel)
+
+            async def on_raw_delivery(message: DeliveredMessage) -> None:
+                if committer is not None:
+                    await committer.commit(message.body)
+                correlation_id = message.header.properties.correlation_id or ""
+                await asyncio.gather(
+                    *(
+                        raw.basic_publish(
+                            event.body,
+                            exchange=events.name,
+                            routing_key=event.routing_key,
+                            properties=properties_for(event, str(uuid.uuid4()), correlation_id),
+                            mandatory=False,
+                            wait=False,
+                        )
+                        for event in sample.events
+                    )
+                )
+                assert message.delivery_tag is not None
+                await message.channel.basic_ack(message.delivery_tag, wait=False)
+
+            if publish == "aiormq":
+                consuming = await channel.get_underlay_channel()
+                await consuming.basic_consume(queue.name, on_raw_delivery)
+            else:
+                await queue.consume(on_delivery)
+            if ready_file is not None:
+                await asyncio.to_thread(ready_file.touch)
+            await stop.wait()
     finally:
-        await batcher.close()
-        while not idle.empty():
-            await idle.get_nowait().close()
-
-
-async def _consume(
-    amqp_url: str,
-    topology: Topology,
-    sample: Sample,
-    *,
-    prefetch: int,
-    stop: asyncio.Event,
-    ready_file: Path | None,
-    publish: str,
-    commit: Callable[[bytes], Awaitable[None]] | None,
-) -> None:
-    connection = await amqp.BrokerNodes([amqp.BrokerNode(amqp_url)]).connect(
-        client_properties={"connection_name": "ltm-bench-broker-loop"}
-    )
-    async with connection:
-        setup = await connection.channel()
-        await declare_topology(setup, topology)
-        await setup.close()
-        publisher = await connection.channel(publisher_confirms=True)
-        events = await publisher.get_exchange(topology.events_exchange, ensure=False)
-        channel = await connection.channel()
-        await channel.set_qos(prefetch_count=prefetch)
-        queue = await channel.get_queue(topology.worker_queue, ensure=False)
-
-        async def on_delivery(message: AbstractIncomingMessage) -> None:
-            if commit is not None:
-                await commit(message.body)
-            correlation_id = message.correlation_id or ""
-            await asyncio.gather(
-                *(
-                    events.publish(
-                        message_for(event, str(uuid.uuid4()), correlation_id),
-                        event.routing_key,
-                        mandatory=False,
-                    )
-                    for event in sample.events
-                )
-            )
-            await message.ack()
-
-        raw = await publisher.get_underlay_channel()
-        assert isinstance(raw, aiormq.Channel)
-
-        async def on_raw_delivery(message: DeliveredMessage) -> None:
-            if commit is not None:
-                await commit(message.body)
-            correlation_id = message.header.properties.correlation_id or ""
-            await asyncio.gather(
-                *(
-                    raw.basic_publish(
-                        event.body,
-                        exchange=events.name,
-                        routing_key=event.routing_key,
-                        properties=properties_for(event, str(uuid.uuid4()), correlation_id),
-                        mandatory=False,
-                        wait=False,
-                    )
-                    for event in sample.events
-                )
-            )
-            assert message.delivery_tag is not None
-            await message.channel.basic_ack(message.delivery_tag, wait=False)
-
-        if publish == "aiormq":
-            consuming = await channel.get_underlay_channel()
-            await consuming.basic_consume(queue.name, on_raw_delivery)
-        else:
-            await queue.consume(on_delivery)
-        if ready_file is not None:
-            await asyncio.to_thread(ready_file.touch)
-        await stop.wait()
+        if committer is not None:
+            await committer.close()
 
 
 def main(argv: list[str] | None = None) -> int:
