@@ -2,9 +2,9 @@
 
 The W3C trace context travels in the AMQP headers (`traceparent`, `tracestate`): the tool
 client's PRODUCER span is the parent of the worker's CONSUMER span, whose context the worker
-stores with every outbox row it writes, so that a publish after the commit (or a sweep's late
-one, from another process) is a child of the call that made the event; the gateway continues
-from the event's headers. Span names and attributes follow OpenTelemetry's messaging,
+publishes the call's events within, and stores with every outbox row it writes, so that a
+sweep's late publish, from any process, is a child of the call that made the event; the
+gateway continues from the event's headers. Span names and attributes follow OpenTelemetry's messaging,
 database and HTTP semantic conventions.
 
 Off unless configured. `configure_tracing`, at a process's start, reads the standard `OTEL_*`
@@ -39,6 +39,7 @@ __all__ = [
     "INSTRUMENTATION_NAME",
     "Parent",
     "add_trace_ids",
+    "carrying_current",
     "configure_tracing",
     "current_span",
     "enabled",
@@ -46,7 +47,6 @@ __all__ = [
     "posting",
     "processing",
     "sending",
-    "sending_all",
     "settled",
     "trace_id_of",
     "traceparent_of",
@@ -210,48 +210,16 @@ def _inject(*all_headers: MutableMapping[str, Any]) -> None:
         headers.update(carrier)
 
 
-def sending_all(
-    *,
-    exchange: str | None,
-    conversation_id: str | None,
-    headers: Sequence[MutableMapping[str, Any]],
-) -> contextlib.AbstractContextManager[Span | None]:
-    """One PRODUCER span `send <exchange>` around the publish of several messages of the
-    current call (its events) and their confirms; its context goes into each message's
-    `headers`, so that each delivery's span is its child. One span, not one per message:
-    each span, and its export, costs the worker CPU on every call traced."""
-    tracer = _STATE.tracer
-    if tracer is None:
-        return _OFF
-    if not trace.get_current_span().is_recording():
-        # The call is not sampled, nor would its child be (parent-based, or the same trace
-        # id's ratio): its context alone goes on, and no span is made.
-        _inject(*headers)
-        return _OFF
-    return _producer_of_all(tracer, exchange, conversation_id, headers)
+def carrying_current(headers: Sequence[MutableMapping[str, Any]]) -> None:
+    """The current span's context into each message's `headers`: messages published within a
+    call's span (its events), so that each delivery's span is the call's child.
 
-
-@contextlib.contextmanager
-def _producer_of_all(
-    tracer: trace.Tracer,
-    exchange: str | None,
-    conversation_id: str | None,
-    headers: Sequence[MutableMapping[str, Any]],
-) -> Iterator[Span]:
-    with tracer.start_as_current_span(
-        f"send {exchange or _DEFAULT_EXCHANGE}",
-        kind=SpanKind.PRODUCER,
-        attributes={
-            MESSAGING_SYSTEM: RABBITMQ,
-            MESSAGING_OPERATION_NAME: "send",
-            MESSAGING_OPERATION_TYPE: "send",
-            MESSAGING_DESTINATION_NAME: exchange or "",
-            MESSAGING_BATCH_MESSAGE_COUNT: len(headers),
-            **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
-        },
-    ) as span:
-        _inject(*headers)
-        yield span
+    No span of their own: one would cost every traced call a third of what its tracing costs
+    the worker (bench/RESULTS.md), and would say no more than the call's `process` span does,
+    which ends once the events are confirmed and the delivery settled."""
+    if _STATE.tracer is None:
+        return
+    _inject(*headers)
 
 
 def processing(

@@ -196,8 +196,6 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
 
     consume = _one(_named(trace, f"process {topology.tool_calls_exchange}"), "consume")
     transaction = _one(_named(trace, f"transaction {database}"), "transaction")
-    # The call's events (result, embed, cache, memory) are sent under one span.
-    events_sent = _one(_named(trace, f"send {events}"), "events' publish")
     result_delivered = _one(
         _named(trace, f"process {events}", **{_ROUTING_KEY: result_routing_key(SHARD)}),
         "result's delivery",
@@ -209,21 +207,21 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     post = _one(_named(trace, "POST /channels/{channel.id}/messages"), "embed's post")
 
     # Who made each, and from which span it continued: across three processes, one trace.
-    assert (consume.service, transaction.service, events_sent.service) == ("ltm-worker",) * 3
+    assert (consume.service, transaction.service) == ("ltm-worker",) * 2
     assert (result_delivered.service, post.service) == ("ltm-gateway",) * 2
-    # Three spans in the worker: no span of its own for the ack.
+    # Two spans in the worker: none of their own for the events' publish, nor for the ack.
     assert sorted(span.name for span in trace if span.service == "ltm-worker") == sorted(
-        [consume.name, transaction.name, events_sent.name]
+        [consume.name, transaction.name]
     )
     assert consume.parent_span_id == publish.span_id
     assert transaction.parent_span_id == consume.span_id
-    assert events_sent.parent_span_id == consume.span_id
-    assert result_delivered.parent_span_id == events_sent.span_id
-    assert embed_delivered.parent_span_id == events_sent.span_id
+    # The call's events (result, embed, cache, memory) carry its span's context.
+    assert result_delivered.parent_span_id == consume.span_id
+    assert embed_delivered.parent_span_id == consume.span_id
     assert post.parent_span_id == embed_delivered.span_id
     order = [publish, consume, transaction, result_delivered, post]
     assert [span.start_ns for span in order] == sorted(span.start_ns for span in order)
-    assert transaction.end_ns <= events_sent.start_ns  # published after the commit
+    assert transaction.end_ns <= result_delivered.start_ns  # published after the commit
 
     # The semantic conventions' attributes.
     assert publish.attributes == {
@@ -242,8 +240,6 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     assert transaction.attributes["db.system.name"] == "postgresql"
     assert transaction.attributes["db.namespace"] == database
     assert transaction.attributes["messaging.batch.message_count"] == 1
-    assert events_sent.attributes["messaging.batch.message_count"] == 4
-    assert events_sent.attributes["messaging.message.conversation_id"] == tool_call_id
     assert consume.attributes["ltm.delivery.settlement"] == "ack"
     assert post.kind == SpanKind.SPAN_KIND_CLIENT
     assert post.attributes["http.request.method"] == "POST"
@@ -353,15 +349,11 @@ async def test_calls_batched_together_keep_their_traces_apart(
         assert batch.is_root and batch.trace_id not in {c.trace_id for c in linked}
         for consume in linked:
             assert (batch.trace_id, batch.span_id) in consume.links
-    # What each call published stays in its own trace.
+    # What each call published stays in its own trace: its result carries its span's context.
     for tool_call_id, consume in consumes.items():
-        [sent] = [
-            span
-            for span in spans
-            if span.name == f"send {topology.events_exchange}"
-            and span.attributes.get("messaging.message.conversation_id") == tool_call_id
-        ]
-        assert (sent.trace_id, sent.parent_span_id) == (consume.trace_id, consume.span_id)
+        [answer] = results.deliveries_with(correlation_id=tool_call_id)
+        traceparent = str(answer.headers["traceparent"]).split("-")
+        assert traceparent[1:3] == [consume.trace_id, consume.span_id]
 
 
 def _acked(spans: Sequence[ReceivedSpan], ids: set[str]) -> list[ReceivedSpan]:

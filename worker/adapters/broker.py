@@ -9,9 +9,10 @@ Events go out through aio-pika's underlying aiormq channel with `wait=False`: ai
 queues every publish of the worker behind the one before it, one event-loop turn at a time.
 Here the lock covers only queueing the frames; the confirm is still awaited.
 
-While tracing is on, each publish is a PRODUCER span whose context travels in the message's
-headers: an outbox row's span is the child of the call that wrote the row (its stored
-`traceparent`), a dead-letter copy's the child of the delivery being given up on.
+While tracing is on, the events a call publishes carry its span's context, and any other
+publish is a PRODUCER span whose context travels in the message's headers: a row published
+late is the child of the call that wrote it (its stored `traceparent`), a dead-letter copy
+the child of the delivery being given up on.
 """
 
 from __future__ import annotations
@@ -126,24 +127,19 @@ class EventPublisher:
     async def publish_rows(self, rows: Sequence[OutboxRow], *, in_call: bool = False) -> None:
         """All at once, each confirmed; raises if any was not.
 
-        `in_call`: published within the span of the call that wrote the rows, under one span
-        of their own (the rows' stored context is that call's, not read again)."""
+        `in_call`: published within the span of the call that wrote the rows, whose context
+        they carry (the rows' stored context is that call's, not read again)."""
         if not in_call:
             await asyncio.gather(*(self.publish_row(row) for row in rows))
             return
         sent = [(row, _row_properties(row)) for row in rows]
-        conversations = {row.correlation_id for row in rows}
-        with tracing.sending_all(
-            exchange=self._events,
-            conversation_id=conversations.pop() if len(conversations) == 1 else None,
-            headers=[_headers_of(properties) for _, properties in sent],
-        ):
-            await asyncio.gather(
-                *(
-                    self._confirmed(self._events, row.body, row.routing_key, properties)
-                    for row, properties in sent
-                )
+        tracing.carrying_current([_headers_of(properties) for _, properties in sent])
+        await asyncio.gather(
+            *(
+                self._confirmed(self._events, row.body, row.routing_key, properties)
+                for row, properties in sent
             )
+        )
 
     async def publish_event(
         self, event: Event, routing_key: str, ttl_ms: int | None, *, replayed: bool = False

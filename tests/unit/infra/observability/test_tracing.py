@@ -76,7 +76,6 @@ def test_off_by_default_every_helper_is_a_shared_no_op(monkeypatch: pytest.Monke
         tracing.processing(
             headers=headers, exchange="x", routing_key="k", message_id="m", conversation_id=None
         ),
-        tracing.sending_all(exchange="x", conversation_id=None, headers=[headers]),
         tracing.transaction([None, None], database="ltm"),
         tracing.posting("POST", "/channels/{channel.id}/messages", channel_id="1"),
     ]
@@ -85,6 +84,7 @@ def test_off_by_default_every_helper_is_a_shared_no_op(monkeypatch: pytest.Monke
         with manager as span:
             assert span is None
     tracing.settled("ack", delivery_tag=1)
+    tracing.carrying_current([headers])
     assert headers == {"schema_version": 1, "traceparent": TRACEPARENT}  # untouched
     assert tracing.current_span() is None
     assert tracing.add_trace_ids(None, "info", {"event": "x"}) == {"event": "x"}
@@ -194,29 +194,17 @@ def test_a_publish_puts_its_context_in_the_headers_and_the_consumer_continues_it
     assert (process.attributes or {})["messaging.rabbitmq.message.delivery_tag"] == 7
 
 
-def test_a_call_s_events_are_sent_under_one_span_whose_context_each_carries(
+def test_a_call_s_events_carry_its_context_and_make_no_span(
     exported: InMemorySpanExporter,
 ) -> None:
     tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
     events: list[dict[str, object]] = [{"tracestate": "vendor=old"}, {}, {"schema_version": 1}]
-    with (
-        tracer.start_as_current_span("call") as call,
-        tracing.sending_all(exchange="ltm.events", conversation_id="call-1", headers=events),
-    ):
-        pass
-    send = _by_name(exported, "send ltm.events")
-    assert send.kind is trace.SpanKind.PRODUCER
-    assert send.parent is not None and send.parent.span_id == call.get_span_context().span_id
-    assert dict(send.attributes or {}) == {
-        "messaging.system": "rabbitmq",
-        "messaging.operation.name": "send",
-        "messaging.operation.type": "send",
-        "messaging.destination.name": "ltm.events",
-        "messaging.batch.message_count": 3,
-        "messaging.message.conversation_id": "call-1",
-    }
+    with tracer.start_as_current_span("call") as call:
+        tracing.carrying_current(events)
+    assert [span.name for span in exported.get_finished_spans()] == ["call"]
     parts = [str(headers.get("traceparent")).split("-") for headers in events]
-    expected = ["00", f"{send.context.trace_id:032x}", f"{send.context.span_id:016x}"]
+    context = call.get_span_context()
+    expected = ["00", f"{context.trace_id:032x}", f"{context.span_id:016x}"]
     assert [part[:3] for part in parts] == [expected] * 3
     assert all(int(part[3], 16) & 1 for part in parts)  # sampled
     assert "tracestate" not in events[0]
@@ -237,11 +225,9 @@ def test_an_unsampled_call_makes_no_child_span_and_passes_its_flag_on(
     ):
         call = tracing.current_span()
         assert call is not None and not call.is_recording()
-        with (
-            tracing.transaction([call], database="ltm") as transaction,
-            tracing.sending_all(exchange="ltm.events", conversation_id="call-1", headers=events),
-        ):
+        with tracing.transaction([call], database="ltm") as transaction:
             assert transaction is None
+        tracing.carrying_current(events)
         tracing.settled("ack", delivery_tag=1)
         stored = tracing.traceparent_of(call)
     assert exported.get_finished_spans() == ()
