@@ -4,8 +4,8 @@ The W3C trace context travels in the AMQP headers (`traceparent`, `tracestate`):
 client's PRODUCER span is the parent of the worker's CONSUMER span, whose context the worker
 publishes the call's events within, and stores with every outbox row it writes, so that a
 sweep's late publish, from any process, is a child of the call that made the event; the
-gateway continues from the event's headers. Span names and attributes follow OpenTelemetry's messaging,
-database and HTTP semantic conventions.
+gateway continues from the event's headers. Span names and attributes follow OpenTelemetry's
+messaging, database and HTTP semantic conventions.
 
 Off unless configured. `configure_tracing`, at a process's start, reads the standard `OTEL_*`
 variables and installs the SDK (the `tracing` extra) when they ask for an exporter; a host
