@@ -100,6 +100,21 @@ def test_the_untraced_worker_run_twice_is_reported_as_the_rounds_spread() -> Non
     assert "tracing_off_again_vs_off" not in evaluate(results)
 
 
+def test_the_creations_row_shows_the_ratio_it_judges_and_its_rounds() -> None:
+    results = {
+        "create_throughput": 700.0,
+        "create_broker_limit_tps": 1000.0,
+        "create_ratio_vs_broker": 0.76,
+        "details": {"create_throughput_rounds": [{"ratio": 0.74}, {"ratio": 0.76}, {"ratio": 0.8}]},
+    }
+
+    row = _row(results, "creations: worker / their broker loop")
+    # The median of the rounds' ratios, which is judged, not the median rates' quotient (0.70).
+    assert row["measured"] == "700 / 1,000 calls/s = 0.76"
+    assert row["figure"].endswith("(rounds 0.74, 0.76, 0.80)")
+    assert row["met"] == "yes"
+
+
 def test_the_updates_tail_is_no_worse_than_the_creates() -> None:
     assert evaluate({"p99_ms": 24.5, "create_p99_ms": 24.5})["p99_vs_create_p99"]["met"] is True
     assert evaluate({"p99_ms": 57.9, "create_p99_ms": 24.5})["p99_vs_create_p99"]["met"] is False
