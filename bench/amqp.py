@@ -22,6 +22,7 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, MemoryStatus, Topology
+from contracts.dead_letters import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 from infra.messaging.confirms import ConfirmingChannel
 from infra.messaging.topology import declare_topology
 
@@ -31,6 +32,7 @@ __all__ = [
     "OutgoingCall",
     "ResultCounter",
     "Tally",
+    "as_dead_letter",
     "declare",
     "outgoing_call",
 ]
@@ -78,6 +80,31 @@ def outgoing_call(
     )
 
 
+def as_dead_letter(call: OutgoingCall, reason: str) -> OutgoingCall:
+    """The call as the worker dead-letters it: as it came, with why, when and after how many
+    deliveries (contracts.dead_letters)."""
+    properties = call.properties
+    failed_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    return OutgoingCall(
+        call.body,
+        Basic.Properties(
+            content_type=properties.content_type,
+            delivery_mode=properties.delivery_mode,
+            message_id=properties.message_id,
+            correlation_id=properties.correlation_id,
+            message_type=properties.message_type,
+            timestamp=properties.timestamp,
+            headers={
+                **(properties.headers or {}),
+                ERROR_HEADER: reason,
+                FAILED_AT_HEADER: failed_at,
+                ATTEMPTS_HEADER: 1,
+            },
+        ),
+        call.routing_key,
+    )
+
+
 class CallPublisher:
     """Publishes tool calls with confirms, on aiormq directly as the worker publishes events.
 
@@ -91,8 +118,12 @@ class CallPublisher:
         self._exchange = exchange
 
     @classmethod
-    async def open(cls, connection: AbstractConnection, topology: Topology) -> CallPublisher:
-        return cls(await ConfirmingChannel.open(connection), topology.tool_calls_exchange)
+    async def open(
+        cls, connection: AbstractConnection, topology: Topology, *, dead_letters: bool = False
+    ) -> CallPublisher:
+        """`dead_letters`: to the dead-letter exchange, as the worker gives calls up."""
+        exchange = topology.dead_letter_exchange if dead_letters else topology.tool_calls_exchange
+        return cls(await ConfirmingChannel.open(connection), exchange)
 
     async def publish(self, call: OutgoingCall) -> None:
         """Returns once the broker confirmed it; raises if it refused it (and the next

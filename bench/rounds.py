@@ -19,6 +19,8 @@ __all__ = [
     "LatencyContender",
     "latency_rounds",
     "median_percentiles",
+    "median_rate",
+    "median_ratio",
     "paired_medians",
     "paired_rounds",
     "rounds_against",
@@ -102,6 +104,17 @@ async def rounds_against(
             + ", ".join(f"{name} {ratio:.2f}" for name, ratio in ratios.items())
         )
     return kept
+
+
+def median_rate(rounds: Sequence[Mapping[str, Any]], name: str) -> float:
+    """Contender `name`'s calls/s over the rounds of `rounds_against`: the median."""
+    return round(float(median(r[name]["tps"] for r in rounds)), 1)
+
+
+def median_ratio(rounds: Sequence[Mapping[str, Any]], name: str) -> float:
+    """Contender `name`'s rate over the baseline's, each round's, the median (not the quotient
+    of the median rates)."""
+    return round(float(median(r["ratio"][name] for r in rounds)), 3)
 
 
 async def latency_rounds(

@@ -18,7 +18,11 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
 4. `broker_limit_aiormq_tps`, the same loop on aiormq with `wait=False`, the AMQP path the
    worker itself takes; `broker_limit_prepublished_tps` and `throughput_prepublished`, the
    loop and a fresh worker each on a queue filled before it starts, in rounds as in 3
-   (`ratio_vs_broker_prepublished` the median of the rounds').
+   (`ratio_vs_broker_prepublished` the median of the rounds'); in the same rounds,
+   `replay_tps`: a fresh worker answering `--replay-letters` dead-lettered calls (10,000;
+   published to the dead-letter exchange as the worker gives calls up) that
+   `ltm dlq replay --all --rate 0` sends back to it, from the first result to the last
+   (`ratio_vs_broker_replay`, over the loop on a full queue, the median of the rounds').
 5. Publish-to-result latency at a fixed 200 calls/s (p50, p95, p99), on a fresh worker,
    after its warm-up, once the machine has settled (`bench.machine.settle`); and the floor
    (`latency_floor_p50_ms` … `_p99_ms`): the broker loop of 3 driven the same way, at the same
@@ -114,6 +118,8 @@ from bench.rounds import (
     LatencyContender,
     latency_rounds,
     median_percentiles,
+    median_rate,
+    median_ratio,
     paired_medians,
     paired_rounds,
     rounds_against,
@@ -125,7 +131,14 @@ from bench.services import BenchServices, bench_services
 from bench.span_sink import SpanSink
 from bench.summary import evaluate, summary_rows, text_table
 from bench.system import Bench, LatencyFigure, RunFigure, latency_run, throughput_run
-from bench.workers import answered_by, run_timeout, start_worker, worker_latency, worker_run
+from bench.workers import (
+    answered_by,
+    run_timeout,
+    start_worker,
+    worker_latency,
+    worker_replay,
+    worker_run,
+)
 from bench.world import (
     CallMaker,
     SeenUpdates,
@@ -195,6 +208,7 @@ class Config:
     create_seeded: int
     window: int
     run_seconds: float
+    replay_letters: int
     scaling_workers: tuple[int, ...]
     scaling_rate: float
     scaling_rate_seconds: float
@@ -245,6 +259,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="outstanding publisher confirms of the bench's publishers")  # fmt: skip
     add("--run-seconds", type=float, default=_env_float("BENCH_RUN_SECONDS", 45.0),
         help="a throughput run stops counting after this long (env BENCH_RUN_SECONDS)")  # fmt: skip
+    add("--replay-letters", type=int, default=_env_int("BENCH_REPLAY_LETTERS", 10_000),
+        help="dead letters `ltm dlq replay` sends back in each round of the backlog phase;"
+        " 0 skips the replay (env BENCH_REPLAY_LETTERS)")  # fmt: skip
     add("--scaling-workers", default=os.environ.get("BENCH_SCALING_WORKERS", "1,2,4"),
         help="worker counts of the scaling phase (env BENCH_SCALING_WORKERS)")  # fmt: skip
     add("--scaling-rate", type=float, default=_env_float("BENCH_SCALING_RATE", 150.0),
@@ -278,6 +295,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         create_seeded=args.create_seeded,
         window=args.window,
         run_seconds=args.run_seconds,
+        replay_letters=args.replay_letters,
         scaling_workers=_counts(args.scaling_workers),
         scaling_rate=args.scaling_rate,
         scaling_rate_seconds=args.scaling_rate_seconds,
@@ -631,19 +649,34 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
         if phases.wanted("prepublished"):
             async with phases.phase("prepublished"):
                 assert sample is not None, "no sample events"
+
+                async def replays(number: int) -> RunFigure:
+                    figure, peak = await worker_replay(
+                        bench, updates, f"worker-replay-{number}", letters=config.replay_letters
+                    )
+                    rss.append(peak)
+                    return figure
+
                 # In rounds, as the steady throughput: one pair of runs on this machine ranged
-                # from 0.67 to 0.86 within minutes.
-                rounds = await paired_rounds(
+                # from 0.67 to 0.86 within minutes. The replay of dead letters drains a backlog
+                # too, so it is held to the same loop in the same rounds.
+                drains: list[tuple[str, Contender]] = [
+                    ("worker", fresh_workers("backlog", updates, prepublished=True))
+                ]
+                if config.replay_letters > 0:
+                    drains.append(("replay", replays))
+                rounds = await rounds_against(
                     config.rounds,
-                    ("worker", fresh_workers("backlog", updates, prepublished=True)),
                     ("broker_limit", broker_loops(sample_path, updates, prepublished=True)),
+                    drains,
                 )
                 details["backlog_rounds"] = rounds
-                (
-                    results["throughput_prepublished"],
-                    results["broker_limit_prepublished_tps"],
-                    results["ratio_vs_broker_prepublished"],
-                ) = paired_medians(rounds)
+                results["throughput_prepublished"] = median_rate(rounds, "worker")
+                results["broker_limit_prepublished_tps"] = median_rate(rounds, "broker_limit")
+                results["ratio_vs_broker_prepublished"] = median_ratio(rounds, "worker")
+                if config.replay_letters > 0:
+                    results["replay_tps"] = median_rate(rounds, "replay")
+                    results["ratio_vs_broker_replay"] = median_ratio(rounds, "replay")
 
         if phases.wanted("latency"):
             async with phases.phase("latency"):
@@ -709,13 +742,9 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                 )
                 details["tracing_rounds"] = rounds
                 for label in (*tracings, "off_again"):
-                    results[f"tracing_{label}_tps"] = round(
-                        median(r[label]["tps"] for r in rounds), 1
-                    )
+                    results[f"tracing_{label}_tps"] = median_rate(rounds, label)
                 for label in ("default", "on", "off_again"):
-                    results[f"tracing_{label}_vs_off"] = round(
-                        median(r["ratio"][label] for r in rounds), 3
-                    )
+                    results[f"tracing_{label}_vs_off"] = median_ratio(rounds, label)
                 latencies: dict[str, dict[str, Any]] = {}
                 for label, env in tracings.items():
                     name = "latency-off" if label == "off" else f"traced-latency-{label}"
@@ -954,6 +983,8 @@ def render_table(results: dict[str, Any]) -> str:
         ("ratio_vs_broker", value("ratio_vs_broker")),
         ("ratio_vs_broker_aiormq", value("ratio_vs_broker_aiormq")),
         ("ratio_vs_broker_prepublished", value("ratio_vs_broker_prepublished")),
+        ("replay_tps (dead letters replayed)", value("replay_tps", " /s")),
+        ("ratio_vs_broker_replay", value("ratio_vs_broker_replay")),
         ("ratio_vs_peer", value("ratio_vs_peer")),
         ("p50_ms", value("p50_ms", " ms")),
         ("p95_ms", value("p95_ms", " ms")),

@@ -34,6 +34,7 @@ __all__ = [
     "last_json_line",
     "latency_run",
     "percentile",
+    "replay_run",
     "throughput_run",
     "warm_up",
 ]
@@ -59,13 +60,16 @@ class Bench:
         self.children.append(process)
         return process
 
-    async def purge_worker_queue(self) -> int:
-        """Drops the calls still queued (after a capped run), so the next run starts empty."""
+    async def purge(self, *queues: str) -> int:
+        """Drops the messages still in `queues` (the worker queue after a capped run), so that
+        the next run starts empty; how many."""
         channel = await self.connection.channel()
-        queue = await channel.get_queue(self.services.topology.worker_queue, ensure=False)
-        purged = await queue.purge()
+        purged = 0
+        for name in queues:
+            queue = await channel.get_queue(name, ensure=False)
+            purged += int((await queue.purge()).message_count or 0)
         await channel.close()
-        return int(purged.message_count or 0)
+        return purged
 
     def run_name(self, base: str) -> str:
         """A fresh run name (the counter keys on it), e.g. `worker10k2`."""
@@ -201,7 +205,7 @@ async def throughput_run(
     if capped:
         # Enough for a sustained rate; the rest of the calls would only make the bench long.
         publisher.kill()
-        await bench.purge_worker_queue()
+        await bench.purge(bench.services.topology.worker_queue)
         await _quiet(tally)
     else:
         code = await publisher.wait_exit(timeout)
@@ -222,10 +226,81 @@ async def throughput_run(
     )
 
 
-def _publisher(bench: Bench, run: str, make_calls: CallMaker, calls: int) -> Child:
-    """The separate process that publishes the run's calls, written to a file beforehand."""
+async def replay_run(
+    bench: Bench,
+    base: str,
+    make_calls: CallMaker,
+    *,
+    letters: int,
+    timeout: float,
+    consumer: Child,
+) -> RunFigure:
+    """Answered calls per second of `consumer` (running) while `ltm dlq replay --all --rate 0`
+    sends `letters` dead-lettered calls back to it, from the first result to the last.
+
+    The letters are dead-lettered as the worker does it, by a separate publisher, before the
+    replay starts; the dead-letter queue is emptied first, and after a capped run.
+    """
+    topology = bench.services.topology
+    await reset_calls(bench.services.database_url)
+    await bench.purge(topology.dead_letter_queue)
+    run = bench.run_name(base)
+    tally = bench.counter.expect(run, letters)
+    publisher = _publisher(
+        bench, run, make_calls, letters, dead_letter_reason="TimeoutError: bench"
+    )
+    code = await publisher.start().wait_exit(timeout)
+    if code != 0:
+        raise RuntimeError(f"dead-letter publisher failed:\n{publisher.tail()}")
+    replay = bench.child(
+        f"{run}-replay",
+        "ltm",
+        "dlq",
+        "replay",
+        "--all",
+        "--reason",
+        "bench",
+        "--rate",
+        "0",
+        "--operator",
+        "bench",
+        env=bench.services.env(),
+    ).start()
+    capped, _ = await _counted(bench, run, tally, timeout=timeout, consumer=consumer, meter=None)
+    if capped:
+        replay.kill()
+        await bench.purge(topology.worker_queue, topology.dead_letter_queue)
+        await _quiet(tally)
+    else:
+        code = await replay.wait_exit(timeout)
+        if code != 0:
+            raise RuntimeError(f"ltm dlq replay failed:\n{replay.tail()}")
+    bench.counter.forget(run)
+    assert tally.first is not None and tally.last is not None
+    return RunFigure(
+        calls=tally.count,
+        seconds=tally.last - tally.first,
+        tps=tally.rate(),
+        failures=tally.failures(),
+        publish_rate=None,
+        statuses=dict(tally.statuses),
+        capped=capped,
+    )
+
+
+def _publisher(
+    bench: Bench,
+    run: str,
+    make_calls: CallMaker,
+    calls: int,
+    *,
+    dead_letter_reason: str | None = None,
+) -> Child:
+    """The separate process that publishes the run's calls, written to a file beforehand;
+    with `dead_letter_reason`, as dead letters (`bench.publisher --dead-letters`)."""
     path = bench.workdir / f"{run}.jsonl"
     path.write_bytes(b"\n".join(call_line(make_calls(f"{run}:{i}", i)) for i in range(calls)))
+    dead_letters = () if dead_letter_reason is None else ("--dead-letters", dead_letter_reason)
     return bench.child(
         f"{run}-publisher",
         "bench.publisher",
@@ -237,6 +312,7 @@ def _publisher(bench: Bench, run: str, make_calls: CallMaker, calls: int) -> Chi
         str(path),
         "--window",
         str(bench.window),
+        *dead_letters,
         env=bench.services.env(),
     )
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from bench.processes import Child, free_port
-from bench.system import Bench, LatencyFigure, RunFigure, latency_run, throughput_run
+from bench.system import Bench, LatencyFigure, RunFigure, latency_run, replay_run, throughput_run
 from bench.world import CallMaker
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "start_worker",
     "worker_child",
     "worker_latency",
+    "worker_replay",
     "worker_run",
 ]
 
@@ -107,6 +108,26 @@ async def worker_run(
     try:
         figure = await answered_by(
             bench, size, calls, worker, prepublished=prepublished, database_url=database_url
+        )
+        return figure, worker.peak_rss_mb()
+    finally:
+        await worker.terminate()
+
+
+async def worker_replay(
+    bench: Bench, calls: CallMaker, name: str, *, letters: int
+) -> tuple[RunFigure, float]:
+    """A fresh worker answering `letters` dead-lettered calls that `ltm dlq replay --all
+    --rate 0` sends back to it: its figure and peak RSS."""
+    worker = await start_worker(bench, name)
+    try:
+        figure = await replay_run(
+            bench,
+            name.replace("-", ""),
+            calls,
+            letters=letters,
+            timeout=run_timeout(letters),
+            consumer=worker,
         )
         return figure, worker.peak_rss_mb()
     finally:

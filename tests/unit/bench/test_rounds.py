@@ -7,6 +7,8 @@ import asyncio
 from bench.rounds import (
     Contender,
     median_percentiles,
+    median_rate,
+    median_ratio,
     paired_medians,
     rounds_against,
     turn_order,
@@ -66,6 +68,17 @@ def test_paired_medians_are_each_figures_median_and_the_ratio_is_the_rounds() ->
 
     # 500 / 650 would be 0.769: the ratio is taken within each round, then its median.
     assert paired_medians(rounds) == (500.0, 650.0, 0.833)
+
+
+def test_a_contenders_median_ratio_is_taken_within_rounds_not_from_median_rates() -> None:
+    rounds = [
+        {"loop": {"tps": 600.0}, "replay": {"tps": 540.0}, "ratio": {"replay": 0.9}},
+        {"loop": {"tps": 700.0}, "replay": {"tps": 490.0}, "ratio": {"replay": 0.7}},
+        {"loop": {"tps": 650.0}, "replay": {"tps": 617.5}, "ratio": {"replay": 0.95}},
+    ]
+
+    assert (median_rate(rounds, "replay"), median_rate(rounds, "loop")) == (540.0, 650.0)
+    assert median_ratio(rounds, "replay") == 0.9  # 540 / 650 would be 0.83
 
 
 def test_median_percentiles_of_one_contender_under_a_prefix() -> None:

@@ -24,6 +24,7 @@ def test_every_target_of_the_bench_is_in_the_summary() -> None:
         "ratio_vs_broker",
         "ratio_vs_peer",
         "ratio_vs_broker_prepublished",
+        "ratio_vs_broker_replay",
         "p99_ms",
         "p99_vs_floor",
         "p99_vs_create_p99",
@@ -113,6 +114,35 @@ def test_the_creations_row_shows_the_ratio_it_judges_and_its_rounds() -> None:
     assert row["measured"] == "700 / 1,000 calls/s = 0.76"
     assert row["figure"].endswith("(rounds 0.74, 0.76, 0.80)")
     assert row["met"] == "yes"
+
+
+def test_the_replay_of_dead_letters_is_held_to_the_loop_on_a_full_queue() -> None:
+    results = {
+        "config": {"replay_letters": 10_000},
+        "replay_tps": 900.0,
+        "throughput_prepublished": 1000.0,
+        "broker_limit_prepublished_tps": 1050.0,
+        "ratio_vs_broker_replay": 0.86,
+        "ratio_vs_broker_prepublished": 0.95,
+        "details": {
+            "backlog_rounds": [
+                {"ratio": {"worker": 0.95, "replay": 0.86}},
+                {"ratio": {"worker": 0.97, "replay": 0.84}},
+                {"ratio": {"worker": 0.93, "replay": 0.9}},
+            ]
+        },
+    }
+
+    replay = _row(results, "a replay of 10,000 dead letters")
+    assert replay["figure"].endswith("(rounds 0.86, 0.84, 0.90)")
+    assert replay["measured"] == "900 / 1,050 calls/s = 0.86"
+    assert replay["met"] == "yes"
+    backlog = _row(results, "on a full queue")
+    assert backlog["figure"].endswith("(rounds 0.95, 0.97, 0.93)")
+    assert (
+        evaluate({**results, "ratio_vs_broker_replay": 0.84})["ratio_vs_broker_replay"]["met"]
+        is False
+    )
 
 
 def test_the_updates_tail_is_no_worse_than_the_creates() -> None:
