@@ -212,18 +212,7 @@ async def throughput_run(
         if code != 0:
             raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
         publish_rate = float(last_json_line(publisher.output())["rate"])
-    bench.counter.forget(run)
-    assert tally.first is not None and tally.last is not None
-    return RunFigure(
-        calls=tally.count,
-        seconds=tally.last - tally.first,
-        tps=tally.rate(),
-        failures=tally.failures(),
-        publish_rate=publish_rate,
-        statuses=dict(tally.statuses),
-        capped=capped,
-        cpu=cpu,
-    )
+    return _figure_of(bench, run, tally, capped=capped, publish_rate=publish_rate, cpu=cpu)
 
 
 async def replay_run(
@@ -275,6 +264,19 @@ async def replay_run(
         code = await replay.wait_exit(timeout)
         if code != 0:
             raise RuntimeError(f"ltm dlq replay failed:\n{replay.tail()}")
+    return _figure_of(bench, run, tally, capped=capped)
+
+
+def _figure_of(
+    bench: Bench,
+    run: str,
+    tally: Tally,
+    *,
+    capped: bool,
+    publish_rate: float | None = None,
+    cpu: CpuSplit | None = None,
+) -> RunFigure:
+    """The run's figure from its tally, first result to last; the counter forgets the run."""
     bench.counter.forget(run)
     assert tally.first is not None and tally.last is not None
     return RunFigure(
@@ -282,9 +284,10 @@ async def replay_run(
         seconds=tally.last - tally.first,
         tps=tally.rate(),
         failures=tally.failures(),
-        publish_rate=None,
+        publish_rate=publish_rate,
         statuses=dict(tally.statuses),
         capped=capped,
+        cpu=cpu,
     )
 
 
