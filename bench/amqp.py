@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import aiormq
 import orjson
@@ -21,7 +21,15 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
-from contracts import CONTENT_TYPE, SCHEMA_VERSION, UPDATE_LONG_TERM_MEMORY, MemoryStatus, Topology
+from contracts import (
+    CONTENT_TYPE,
+    SCHEMA_VERSION,
+    UPDATE_LONG_TERM_MEMORY,
+    MemoryStatus,
+    Topology,
+    rfc3339_utc,
+    utc_now,
+)
 from contracts.dead_letters import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 from infra.messaging.confirms import ConfirmingChannel
 from infra.messaging.topology import declare_topology
@@ -32,7 +40,7 @@ __all__ = [
     "OutgoingCall",
     "ResultCounter",
     "Tally",
-    "as_dead_letter",
+    "dead_letter_headers",
     "declare",
     "outgoing_call",
 ]
@@ -63,8 +71,10 @@ def outgoing_call(
     message_id: str,
     correlation_id: str,
     tool_name: str = UPDATE_LONG_TERM_MEMORY,
+    headers: Mapping[str, Any] | None = None,
 ) -> OutgoingCall:
-    """A call with the properties every message carries (docs/contract.md)."""
+    """A call with the properties every message carries (docs/contract.md); `headers`: more
+    of them (`dead_letter_headers`)."""
     return OutgoingCall(
         body,
         Basic.Properties(
@@ -74,35 +84,16 @@ def outgoing_call(
             correlation_id=correlation_id,
             message_type="tool_call.requested",
             timestamp=datetime.now(UTC),
-            headers={"schema_version": SCHEMA_VERSION},
+            headers={"schema_version": SCHEMA_VERSION, **(headers or {})},
         ),
         tool_name,
     )
 
 
-def as_dead_letter(call: OutgoingCall, reason: str) -> OutgoingCall:
-    """The call as the worker dead-letters it: as it came, with why, when and after how many
-    deliveries (contracts.dead_letters)."""
-    properties = call.properties
-    failed_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    return OutgoingCall(
-        call.body,
-        Basic.Properties(
-            content_type=properties.content_type,
-            delivery_mode=properties.delivery_mode,
-            message_id=properties.message_id,
-            correlation_id=properties.correlation_id,
-            message_type=properties.message_type,
-            timestamp=properties.timestamp,
-            headers={
-                **(properties.headers or {}),
-                ERROR_HEADER: reason,
-                FAILED_AT_HEADER: failed_at,
-                ATTEMPTS_HEADER: 1,
-            },
-        ),
-        call.routing_key,
-    )
+def dead_letter_headers(reason: str) -> dict[str, Any]:
+    """What the worker adds to a call it dead-letters (contracts.dead_letters): why, when,
+    after how many deliveries."""
+    return {ERROR_HEADER: reason, FAILED_AT_HEADER: rfc3339_utc(utc_now()), ATTEMPTS_HEADER: 1}
 
 
 class CallPublisher:

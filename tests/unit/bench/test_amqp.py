@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.amqp import as_dead_letter, outgoing_call
+from bench.amqp import dead_letter_headers, outgoing_call
 from contracts.dead_letters import ATTEMPTS_HEADER, ERROR_HEADER, FAILED_AT_HEADER
 
 
@@ -16,10 +16,14 @@ def test_a_call_carries_no_trace_context() -> None:
     assert headers["schema_version"]
 
 
-def test_a_dead_letter_is_the_call_as_it_came_with_why_when_and_how_often() -> None:
+def test_a_dead_letter_is_the_call_with_why_when_and_how_often() -> None:
     call = outgoing_call(b'{"a": 1}', message_id="m1", correlation_id="run:1")
-
-    letter = as_dead_letter(call, "TimeoutError: bench")
+    letter = outgoing_call(
+        b'{"a": 1}',
+        message_id="m1",
+        correlation_id="run:1",
+        headers=dead_letter_headers("TimeoutError: bench"),
+    )
 
     assert (letter.body, letter.routing_key) == (call.body, call.routing_key)
     kept = ("message_id", "correlation_id", "message_type", "content_type", "delivery_mode")
@@ -31,4 +35,4 @@ def test_a_dead_letter_is_the_call_as_it_came_with_why_when_and_how_often() -> N
     assert str(headers[FAILED_AT_HEADER]).endswith("Z")
     assert headers[ATTEMPTS_HEADER] == 1
     assert headers["schema_version"] == (call.properties.headers or {})["schema_version"]
-    assert ERROR_HEADER not in (call.properties.headers or {})  # the call is left as it was
+    assert ERROR_HEADER not in (call.properties.headers or {})
