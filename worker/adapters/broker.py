@@ -21,7 +21,6 @@ import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Final
 
 import aio_pika
@@ -38,7 +37,9 @@ from contracts import (
     Event,
     Topology,
     encode_event,
+    rfc3339_utc,
     schema_version_of,
+    utc_now,
 )
 from contracts.dead_letters import (
     ATTEMPTS_HEADER,
@@ -160,7 +161,7 @@ class EventPublisher:
         came = message.header.properties
         headers = dict(came.headers or {})
         headers[ERROR_HEADER] = reason[:_MAX_REASON]
-        headers[FAILED_AT_HEADER] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        headers[FAILED_AT_HEADER] = rfc3339_utc(utc_now())
         # Quorum queues count earlier deliveries; the copy keeps the total, since the
         # dead-letter queue's own count grows each time an operator lists it.
         previous = headers.get("x-delivery-count")
@@ -356,7 +357,7 @@ def event_properties(
         message_id=event_id,
         correlation_id=correlation_id,
         message_type=event_type,
-        timestamp=datetime.now(UTC),
+        timestamp=utc_now(),
         headers=headers,
         # Milliseconds, as a string; the broker wants at least one.
         expiration=None if ttl_ms is None else str(max(ttl_ms, 1)),
