@@ -18,6 +18,8 @@ __all__ = [
     "Contender",
     "LatencyContender",
     "latency_rounds",
+    "median_cpu",
+    "median_cpu_ratio",
     "median_percentiles",
     "median_rate",
     "median_ratio",
@@ -115,6 +117,26 @@ def median_ratio(rounds: Sequence[Mapping[str, Any]], name: str) -> float:
     """Contender `name`'s rate over the baseline's, each round's, the median (not the quotient
     of the median rates)."""
     return round(float(median(r["ratio"][name] for r in rounds)), 3)
+
+
+def _cpu_of(round_: Mapping[str, Any], name: str, group: str) -> float:
+    """Milliseconds of `group`'s CPU per call in contender `name`'s metered run of a round."""
+    return float(round_[name]["cpu"]["cpu_ms_per_call"][group])
+
+
+def median_cpu(rounds: Sequence[Mapping[str, Any]], name: str, group: str) -> float:
+    """Milliseconds of `group`'s CPU per call in contender `name`'s metered runs: the median."""
+    return round(float(median(_cpu_of(r, name, group) for r in rounds)), 3)
+
+
+def median_cpu_ratio(
+    rounds: Sequence[Mapping[str, Any]], name: str, base: str, group: str
+) -> float:
+    """`group`'s CPU per call in contender `name`'s run over that in `base`'s of the same
+    round, the median of the rounds'."""
+    return round(
+        float(median(_cpu_of(r, name, group) / _cpu_of(r, base, group) for r in rounds)), 3
+    )
 
 
 async def latency_rounds(

@@ -40,8 +40,10 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    `--create-seeded` memories before a run, so that a run's creations stay under the limit;
    what they saved is removed between runs).
 5c. Tracing off, at the default sampling, and with every call sampled, side by side
-   (`tracing_off_tps`, `tracing_default_tps`, `tracing_on_tps` in rounds as in 3;
-   `tracing_default_vs_off` and `tracing_on_vs_off`, each round's ratio, the median; then
+   (`tracing_off_tps`, `tracing_default_tps`, `tracing_on_tps` in rounds as in 3, but
+   `--tracing-rounds` of them; `tracing_default_vs_off` and `tracing_on_vs_off`, each round's
+   ratio, the median; each worker's CPU per call from its first result to its last,
+   `tracing_<label>_worker_cpu_ms` and `tracing_<label>_worker_cpu_vs_off` the same way; then
    `tracing_<off|default|on>_p50_ms` / `_p99_ms` at the latency run's rate): the traced
    workers export over OTLP/HTTP to endpoints of the bench's own that drop the spans
    (`bench.span_sink`), so that their cost is the whole of tracing. `default` sets no
@@ -117,6 +119,8 @@ from bench.rounds import (
     Contender,
     LatencyContender,
     latency_rounds,
+    median_cpu,
+    median_cpu_ratio,
     median_percentiles,
     median_rate,
     median_ratio,
@@ -195,6 +199,7 @@ class Config:
     calls: int
     peer_calls: int
     rounds: int
+    tracing_rounds: int
     warmup: int
     db_seconds: float
     db_clients: tuple[int, ...]
@@ -230,6 +235,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     add("--rounds", type=int, default=_env_int("BENCH_ROUNDS", 3),
         help="broker-loop and worker runs, taken in turns; the ratio is their median"
         " (env BENCH_ROUNDS)")  # fmt: skip
+    add("--tracing-rounds", type=int, default=_env_int("BENCH_TRACING_ROUNDS", 0),
+        help="rounds of the tracing phase; 0: two more than --rounds, since its default"
+        " sampling's target leaves the least room (env BENCH_TRACING_ROUNDS)")  # fmt: skip
     add("--warmup", type=int, default=_env_int("BENCH_WARMUP", 300),
         help="calls answered before each timed run (env BENCH_WARMUP)")  # fmt: skip
     add("--db-seconds", type=float, default=_env_float("BENCH_DB_SECONDS", 5.0),
@@ -282,6 +290,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         calls=args.calls,
         peer_calls=args.peer_calls,
         rounds=args.rounds,
+        tracing_rounds=args.tracing_rounds or args.rounds + 2,
         warmup=args.warmup,
         db_seconds=args.db_seconds,
         db_clients=_counts(args.db_clients),
@@ -562,9 +571,11 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
             env: Mapping[str, str] | None = None,
             *,
             prepublished: bool = False,
+            metered: bool = False,
         ) -> Contender:
             """A contender of `paired_rounds`: a fresh worker each round, its peak RSS kept.
-            `prepublished`: started on a queue filled before it (a backlog)."""
+            `prepublished`: started on a queue filled before it (a backlog); `metered`: its
+            CPU per call kept in the figure."""
 
             async def run(number: int) -> RunFigure:
                 figure, peak = await worker_run(
@@ -575,6 +586,7 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     prepublished=prepublished,
                     database_url=database_url,
                     env=env,
+                    metered=metered,
                 )
                 (rss_traced if label.startswith("traced") else rss).append(peak)
                 return figure
@@ -725,26 +737,42 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
                     },
                 }
+                # Each worker's CPU per call is metered too: what tracing costs the worker,
+                # which the rates, moved by the rest of the machine, may not resolve.
                 rounds = await rounds_against(
-                    config.rounds,
-                    ("off", fresh_workers("untraced", updates, env=tracings["off"])),
+                    config.tracing_rounds,
+                    (
+                        "off",
+                        fresh_workers("untraced", updates, env=tracings["off"], metered=True),
+                    ),
                     [
                         *(
-                            (label, fresh_workers(f"traced-{label}", updates, env=tracings[label]))
+                            (
+                                label,
+                                fresh_workers(
+                                    f"traced-{label}", updates, env=tracings[label], metered=True
+                                ),
+                            )
                             for label in ("default", "on")
                         ),
                         # The untraced worker again: what the rounds move by with no change.
                         (
                             "off_again",
-                            fresh_workers("untraced-again", updates, env=tracings["off"]),
+                            fresh_workers(
+                                "untraced-again", updates, env=tracings["off"], metered=True
+                            ),
                         ),
                     ],
                 )
                 details["tracing_rounds"] = rounds
                 for label in (*tracings, "off_again"):
                     results[f"tracing_{label}_tps"] = median_rate(rounds, label)
+                    results[f"tracing_{label}_worker_cpu_ms"] = median_cpu(rounds, label, "worker")
                 for label in ("default", "on", "off_again"):
                     results[f"tracing_{label}_vs_off"] = median_ratio(rounds, label)
+                    results[f"tracing_{label}_worker_cpu_vs_off"] = median_cpu_ratio(
+                        rounds, label, "off", "worker"
+                    )
                 latencies: dict[str, dict[str, Any]] = {}
                 for label, env in tracings.items():
                     name = "latency-off" if label == "off" else f"traced-latency-{label}"
@@ -1007,6 +1035,19 @@ def render_table(results: dict[str, Any]) -> str:
         ("tracing_default_vs_off (throughput)", value("tracing_default_vs_off")),
         ("tracing_on_vs_off (every call sampled)", value("tracing_on_vs_off")),
         ("tracing_off_again_vs_off (the same untraced worker)", value("tracing_off_again_vs_off")),
+        (
+            "tracing off | default | on: worker CPU per call",
+            side_by_side(
+                (
+                    "tracing_off_worker_cpu_ms",
+                    "tracing_default_worker_cpu_ms",
+                    "tracing_on_worker_cpu_ms",
+                ),
+                " ms",
+            ),
+        ),
+        ("tracing_default_worker_cpu_vs_off", value("tracing_default_worker_cpu_vs_off")),
+        ("tracing_on_worker_cpu_vs_off", value("tracing_on_worker_cpu_vs_off")),
         ("seen 25 | none: throughput", side_by_side(("seen_25_tps", "none_tps"), " /s")),
         ("seen_25_vs_none_throughput", value("seen_25_vs_none_throughput")),
         ("seen 25 | none: p50", side_by_side(("seen_25_p50_ms", "none_p50_ms"), " ms")),

@@ -79,6 +79,23 @@ def _rates_and_median(results: Results, rates: tuple[str, str], ratio: str) -> s
     return f"{_shows(results, rates, ' calls/s')} = {_show(_number(results, ratio))}"
 
 
+def _worker_cpu(results: Results) -> str:
+    """`a / b / c ms (x, y, z)`: the tracing phase's metered CPU per call of each worker, and
+    each over the untraced worker's, the median of the rounds' ratios."""
+    per_call = _shows(
+        results,
+        tuple(f"tracing_{label}_worker_cpu_ms" for label in ("off", "default", "on")),
+        " ms",
+    )
+    if per_call == NOT_JUDGED:
+        return NOT_JUDGED
+    ratios = [
+        _number(results, f"tracing_{label}_worker_cpu_vs_off")
+        for label in ("default", "on", "off_again")
+    ]
+    return f"{per_call} ({', '.join(_show(ratio) for ratio in ratios)})"
+
+
 def _rounds(results: Results, *path: str, contender: str | None = None) -> str:
     """`(rounds a, b, c)`: the round ratios a median comes from, under `details` at `path`;
     `contender`'s, where each round holds several contenders' ratios (`rounds_against`)."""
@@ -348,6 +365,13 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
         lambda r: _rates_and_median(
             r, ("tracing_off_again_tps", "tracing_off_tps"), "tracing_off_again_vs_off"
         ),
+    ),
+    Reported(
+        lambda r: (
+            "the worker's CPU per call, tracing off / default / every call sampled"
+            " (default / off, every call / off, untraced again / off)"
+        ),
+        _worker_cpu,
     ),
     Target(
         key="tracing_off_p99_ms",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from bench.cpu import CpuMeter
 from bench.processes import Child, free_port
 from bench.system import Bench, LatencyFigure, RunFigure, latency_run, replay_run, throughput_run
 from bench.world import CallMaker
@@ -75,6 +76,7 @@ async def answered_by(
     *,
     prepublished: bool,
     database_url: str | None = None,
+    meter: CpuMeter | None = None,
 ) -> RunFigure:
     """`size.calls` calls answered by `consumer`, driven alike for every consumer compared."""
     return await throughput_run(
@@ -87,6 +89,7 @@ async def answered_by(
         consumer=consumer,
         prepublished=prepublished,
         database_url=database_url,
+        meter=meter,
     )
 
 
@@ -99,15 +102,25 @@ async def worker_run(
     prepublished: bool,
     database_url: str | None = None,
     env: Mapping[str, str] | None = None,
+    metered: bool = False,
 ) -> tuple[RunFigure, float]:
-    """A fresh worker process answering `size.calls` calls: its figure and peak RSS."""
+    """A fresh worker process answering `size.calls` calls: its figure and peak RSS.
+    `metered`: the figure holds the worker's CPU per call (not for a prepublished run, whose
+    worker starts within it)."""
     if prepublished:
         worker, _ = worker_child(bench, name, database_url, env)  # started once the queue is full
     else:
         worker = await start_worker(bench, name, database_url, env)
+    meter = CpuMeter({"worker": [worker.pid]}) if metered and not prepublished else None
     try:
         figure = await answered_by(
-            bench, size, calls, worker, prepublished=prepublished, database_url=database_url
+            bench,
+            size,
+            calls,
+            worker,
+            prepublished=prepublished,
+            database_url=database_url,
+            meter=meter,
         )
         return figure, worker.peak_rss_mb()
     finally:

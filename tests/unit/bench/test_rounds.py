@@ -6,6 +6,8 @@ import asyncio
 
 from bench.rounds import (
     Contender,
+    median_cpu,
+    median_cpu_ratio,
     median_percentiles,
     median_rate,
     median_ratio,
@@ -79,6 +81,24 @@ def test_a_contenders_median_ratio_is_taken_within_rounds_not_from_median_rates(
 
     assert (median_rate(rounds, "replay"), median_rate(rounds, "loop")) == (540.0, 650.0)
     assert median_ratio(rounds, "replay") == 0.9  # 540 / 650 would be 0.83
+
+
+def test_a_contenders_cpu_per_call_is_over_the_baselines_of_the_same_round() -> None:
+    def metered(worker_ms: float) -> dict[str, object]:
+        return {"tps": 900.0, "cpu": {"cpu_ms_per_call": {"worker": worker_ms, "rest": 0.5}}}
+
+    rounds = [
+        {"off": metered(0.60), "default": metered(0.66)},
+        {"off": metered(0.70), "default": metered(0.70)},
+        {"off": metered(0.65), "default": metered(0.78)},
+    ]
+
+    assert (median_cpu(rounds, "off", "worker"), median_cpu(rounds, "default", "worker")) == (
+        0.65,
+        0.7,
+    )
+    # Each round's own quotient (1.1, 1.0, 1.2), the median; not 0.70 / 0.65 (1.077).
+    assert median_cpu_ratio(rounds, "default", "off", "worker") == 1.1
 
 
 def test_median_percentiles_of_one_contender_under_a_prefix() -> None:

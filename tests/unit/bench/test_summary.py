@@ -101,6 +101,22 @@ def test_the_untraced_worker_run_twice_is_reported_as_the_rounds_spread() -> Non
     assert "tracing_off_again_vs_off" not in evaluate(results)
 
 
+def test_the_traced_workers_cpu_per_call_is_reported_beside_the_rates() -> None:
+    results = {
+        "tracing_off_worker_cpu_ms": 0.66,
+        "tracing_default_worker_cpu_ms": 0.71,
+        "tracing_on_worker_cpu_ms": 0.85,
+        "tracing_default_worker_cpu_vs_off": 1.08,
+        "tracing_on_worker_cpu_vs_off": 1.29,
+        "tracing_off_again_worker_cpu_vs_off": 1.02,
+    }
+
+    row = _row(results, "the worker's CPU per call, tracing")
+    assert row["measured"] == "0.66 / 0.71 / 0.85 ms (1.08, 1.29, 1.02)"
+    assert (row["target"], row["met"]) == ("", NOT_JUDGED)
+    assert _row({}, "the worker's CPU per call, tracing")["measured"] == NOT_JUDGED
+
+
 def test_the_creations_row_shows_the_ratio_it_judges_and_its_rounds() -> None:
     results = {
         "create_throughput": 700.0,
