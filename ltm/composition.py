@@ -138,7 +138,7 @@ async def declare_topology(settings: Settings, *, recreate_audit_stream: bool = 
 # The cycle collector's generation thresholds in the worker (Python's default: 700, 10, 10).
 # Calls in flight hold tens of thousands of container objects, freed by reference counting
 # once answered; at 700 a collection came every few calls and moved them to the older
-# generations, whose collections took 14 % of the worker's CPU under load. At 50,000 only
+# generations, whose collections took 12 to 17 % of the worker's CPU under load. At 50,000 only
 # garbage that accumulates starts one (bench/RESULTS.md, "The cycle collector").
 _GC_THRESHOLDS: Final = (50_000, 20, 100)
 
