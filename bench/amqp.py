@@ -12,7 +12,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import aiormq
@@ -83,7 +82,7 @@ def outgoing_call(
             message_id=message_id,
             correlation_id=correlation_id,
             message_type="tool_call.requested",
-            timestamp=datetime.now(UTC),
+            timestamp=utc_now(),
             headers={"schema_version": SCHEMA_VERSION, **(headers or {})},
         ),
         tool_name,

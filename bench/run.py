@@ -737,31 +737,20 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
                     },
                 }
-                # Each worker's CPU per call is metered too: what tracing costs the worker,
-                # which the rates, moved by the rest of the machine, may not resolve.
+
+                def metered(name: str, label: str) -> Contender:
+                    # Each worker's CPU per call too: what tracing costs the worker, which the
+                    # rates, moved by the rest of the machine, may not resolve.
+                    return fresh_workers(name, updates, env=tracings[label], metered=True)
+
                 rounds = await rounds_against(
                     config.tracing_rounds,
-                    (
-                        "off",
-                        fresh_workers("untraced", updates, env=tracings["off"], metered=True),
-                    ),
+                    ("off", metered("untraced", "off")),
                     [
-                        *(
-                            (
-                                label,
-                                fresh_workers(
-                                    f"traced-{label}", updates, env=tracings[label], metered=True
-                                ),
-                            )
-                            for label in ("default", "on")
-                        ),
+                        ("default", metered("traced-default", "default")),
+                        ("on", metered("traced-on", "on")),
                         # The untraced worker again: what the rounds move by with no change.
-                        (
-                            "off_again",
-                            fresh_workers(
-                                "untraced-again", updates, env=tracings["off"], metered=True
-                            ),
-                        ),
+                        ("off_again", metered("untraced-again", "off")),
                     ],
                 )
                 details["tracing_rounds"] = rounds

@@ -110,13 +110,10 @@ def _rounds(results: Results, *path: str, contender: str | None = None) -> str:
     return f" (rounds {', '.join(f'{ratio:.2f}' for ratio in ratios)})" if len(ratios) > 1 else ""
 
 
-def _replayed(results: Results) -> str:
-    return f"{results.get('config', {}).get('replay_letters', 10_000):,}"
-
-
-def _rate(results: Results, key: str, default: float) -> str:
+def _setting(results: Results, key: str, default: float, spec: str = "g") -> str:
+    """A setting of the run (its `config`), formatted by `spec`: a rate, a count."""
     value = results.get("config", {}).get(key, default)
-    return f"{value:g}"
+    return f"{value:{spec}}"
 
 
 def _per_count(results: Results, key: str, pick: Callable[[Any], float | None]) -> str:
@@ -161,7 +158,7 @@ def _fixed_cost(count: str) -> Target:
     return Target(
         key=f"scaling_fixed_rate_cost_vs_1.{count}",
         figure=lambda r: (
-            f"broker + database CPU per call at {_rate(r, 'scaling_rate', 150)} calls/s,"
+            f"broker + database CPU per call at {_setting(r, 'scaling_rate', 150)} calls/s,"
             f" {count} workers over 1"
         ),
         target="≤ 1.2 ×",
@@ -248,8 +245,9 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     Target(
         key="ratio_vs_broker_replay",
         figure=lambda r: (
-            f"a replay of {_replayed(r)} dead letters at `--rate 0`: worker / broker loop on a"
-            " full queue" + _rounds(r, "backlog_rounds", contender="replay")
+            f"a replay of {_setting(r, 'replay_letters', 10_000, ',')} dead letters at"
+            " `--rate 0`: worker / broker loop on a full queue"
+            + _rounds(r, "backlog_rounds", contender="replay")
         ),
         target="≥ 0.85",
         value=lambda r: _number(r, "ratio_vs_broker_replay"),
@@ -261,7 +259,7 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     ),
     Target(
         key="p99_ms",
-        figure=lambda r: f"latency at {_rate(r, 'latency_rate', 200)} calls/s, p50 / p95 / p99",
+        figure=lambda r: f"latency at {_setting(r, 'latency_rate', 200)} calls/s, p50 / p95 / p99",
         target="p99 ≤ 15 ms",
         value=lambda r: _number(r, "p99_ms"),
         limit=15.0,
@@ -270,7 +268,7 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     ),
     Reported(
         lambda r: (
-            f"the floor (the broker loop at {_rate(r, 'latency_rate', 200)} calls/s),"
+            f"the floor (the broker loop at {_setting(r, 'latency_rate', 200)} calls/s),"
             " p50 / p95 / p99"
         ),
         lambda r: _shows(
@@ -330,7 +328,7 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     Target(
         key="create_p99_ms",
         figure=lambda r: (
-            f"creations' latency at {_rate(r, 'latency_rate', 200)} calls/s, p50 / p95 / p99"
+            f"creations' latency at {_setting(r, 'latency_rate', 200)} calls/s, p50 / p95 / p99"
         ),
         target="p99 ≤ 15 ms",
         value=lambda r: _number(r, "create_p99_ms"),
@@ -398,7 +396,7 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     ),
     Reported(
         lambda r: (
-            f"machine CPU per call at {_rate(r, 'scaling_rate', 150)} calls/s,"
+            f"machine CPU per call at {_setting(r, 'scaling_rate', 150)} calls/s,"
             f" {_counts(r, 'scaling_fixed_rate_cpu_ms_per_call')} workers"
         ),
         lambda r: _cpu_text(r, "scaling_fixed_rate_cpu_ms_per_call", _shared),
@@ -435,7 +433,7 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
     ),
     Reported(
         lambda r: (
-            f"p99 at {_rate(r, 'latency_rate', 200)} calls/s: three-node cluster / single node"
+            f"p99 at {_setting(r, 'latency_rate', 200)} calls/s: three-node cluster / single node"
         ),
         lambda r: _shows(r, ("cluster_p99_ms", "single_node_p99_ms"), " ms"),
     ),

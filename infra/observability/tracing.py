@@ -17,7 +17,7 @@ extracted, no span object made and no header written.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 from opentelemetry import propagate, trace
@@ -210,13 +210,14 @@ def _inject(*all_headers: MutableMapping[str, Any]) -> None:
         headers.update(carrier)
 
 
-def carrying_current(headers: Sequence[MutableMapping[str, Any]]) -> None:
+def carrying_current(headers: Iterable[MutableMapping[str, Any]]) -> None:
     """The current span's context into each message's `headers`: messages published within a
     call's span (its events), so that each delivery's span is the call's child.
 
     No span of their own: one would cost every traced call a third of what its tracing costs
     the worker (bench/RESULTS.md), and would say no more than the call's `process` span does,
-    which ends once the events are confirmed and the delivery settled."""
+    which ends once the events are confirmed and the delivery settled. `headers` is only
+    iterated while tracing is on: the caller may pass a generator, made for nothing when off."""
     if _STATE.tracer is None:
         return
     _inject(*headers)

@@ -134,7 +134,7 @@ class EventPublisher:
             await asyncio.gather(*(self.publish_row(row) for row in rows))
             return
         sent = [(row, _row_properties(row)) for row in rows]
-        tracing.carrying_current([_headers_of(properties) for _, properties in sent])
+        tracing.carrying_current(_headers_of(properties) for _, properties in sent)
         await asyncio.gather(
             *(
                 self._confirmed(self._events, row.body, row.routing_key, properties)
