@@ -11,7 +11,9 @@ Off unless configured. `configure_tracing`, at a process's start, reads the stan
 variables and installs the SDK (the `tracing` extra) when they ask for an exporter; a host
 program that has installed its own SDK already (a bot embedding the gateway) is followed
 instead. Every function here first reads one module global: with tracing off, no context is
-extracted, no span object made and no header written.
+extracted, no span object made and no header written. With it on, a delivery the sampler
+leaves out gets a span context and no SDK span (`SamplingAhead`), and the W3C headers are
+written here rather than by the propagator's machinery, whenever that writes the same.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
-from opentelemetry import propagate, trace
-from opentelemetry.context import Context
-from opentelemetry.propagators.textmap import Getter
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry import baggage, propagate, trace
+from opentelemetry.context import Context, attach, detach
+from opentelemetry.propagators.textmap import Getter, TextMapPropagator
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from infra.observability.tracing_setup import (
@@ -97,6 +99,23 @@ Parent = _Current | str | None
 _OFF: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
 
 
+class _UnsampledCurrent(contextlib.AbstractContextManager[Span]):
+    """An unsampled span current for the block: it records no exception or status, and needs
+    none of the SDK's `use_span`."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> Span:
+        self._token = attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, *_: object) -> None:
+        detach(self._token)
+
+
 # -- context in AMQP headers ---------------------------------------------------------------
 
 
@@ -119,7 +138,10 @@ _W3C: Final = TraceContextTextMapPropagator()
 
 
 def _context_from(headers: Mapping[str, Any] | None) -> Context:
-    return propagate.extract(headers or {}, getter=_HEADERS, context=Context())
+    # Most deliveries carry no context (a bot that does not trace): nothing to extract.
+    if not headers or (_propagation().w3c and _W3C_FIELDS.isdisjoint(headers)):
+        return Context()
+    return propagate.extract(headers, getter=_HEADERS, context=Context())
 
 
 def _parent_context(parent: Parent) -> Context | None:
@@ -196,18 +218,54 @@ def _producer(
         yield span
 
 
+class _Propagation:
+    """The fields the global propagator writes, and whether they are W3C's alone; read again
+    only when another propagator is installed (`OTEL_PROPAGATORS`, or a host program's)."""
+
+    textmap: TextMapPropagator | None = None
+    fields: frozenset[str] = frozenset()
+    w3c: bool = False
+
+
+_PROPAGATION: Final = _Propagation()
+_W3C_FIELDS: Final = frozenset({"traceparent", "tracestate", "baggage"})
+
+
+def _propagation() -> _Propagation:
+    textmap = propagate.get_global_textmap()
+    if textmap is not _PROPAGATION.textmap:
+        fields = frozenset(textmap.fields)
+        _PROPAGATION.fields = fields
+        _PROPAGATION.w3c = "traceparent" in fields and fields <= _W3C_FIELDS
+        _PROPAGATION.textmap = textmap
+    return _PROPAGATION
+
+
 def _inject(*all_headers: MutableMapping[str, Any]) -> None:
     """The current context into each message's headers, sampled or not: an unsampled flag is
     what keeps the gateway from sampling the rest of a call the worker left out."""
-    carrier: dict[str, Any] = {}
-    propagate.inject(carrier)  # once: every message carries the same context
-    fields = propagate.get_global_textmap().fields
+    propagation = _propagation()
+    # Once: every message carries the same context.
+    carrier = _w3c_carrier() if propagation.w3c else None
+    if carrier is None:
+        carrier = {}
+        propagate.inject(carrier)
     for headers in all_headers:
         # A copy of an earlier message (a dead letter, a replay) drops that message's context
         # whole: a `tracestate` of the old trace must not travel with the new `traceparent`.
-        for field in fields:
-            headers.pop(field, None)
+        if not propagation.fields.isdisjoint(headers):
+            for field in propagation.fields:
+                headers.pop(field, None)
         headers.update(carrier)
+
+
+def _w3c_carrier() -> dict[str, Any] | None:
+    """What the W3C propagators write for the current context when it is a span's alone (no
+    `tracestate`, no baggage): its `traceparent`; None for any other, theirs to write."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid or context.trace_state or baggage.get_all():
+        return None
+    return {"traceparent": _traceparent(context)}
 
 
 def carrying_current(headers: Iterable[MutableMapping[str, Any]]) -> None:
@@ -237,6 +295,11 @@ def processing(
     tracer = _STATE.tracer
     if tracer is None:
         return _OFF
+    parent = _context_from(headers)
+    name = f"process {exchange or _DEFAULT_EXCHANGE}"
+    ahead = _STATE.ahead
+    if ahead is not None and (unsampled := ahead.unsampled_span(parent, name, SpanKind.CONSUMER)):
+        return _UnsampledCurrent(unsampled)
     attributes: dict[str, Any] = {
         MESSAGING_SYSTEM: RABBITMQ,
         MESSAGING_OPERATION_NAME: "process",
@@ -248,8 +311,8 @@ def processing(
         **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
     }
     return tracer.start_as_current_span(
-        f"process {exchange or _DEFAULT_EXCHANGE}",
-        context=_context_from(headers),
+        name,
+        context=parent,
         kind=SpanKind.CONSUMER,
         attributes=attributes,
     )
@@ -359,8 +422,10 @@ def traceparent_of(span: Span | None) -> str | None:
     if span is None:
         return None
     context = span.get_span_context()
-    if not context.is_valid:
-        return None
+    return _traceparent(context) if context.is_valid else None
+
+
+def _traceparent(context: SpanContext) -> str:
     # W3C's version 00 form, written directly: no context object and carrier for each call.
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 

@@ -5,11 +5,14 @@ Imported only once tracing is configured: the SDK is the `tracing` extra's.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 import structlog
+from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
@@ -19,10 +22,23 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import Link, SpanKind, TraceState
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+)
 from opentelemetry.util.types import Attributes
 
-__all__ = ["DEFAULT_SAMPLER", "DEFAULT_SAMPLER_RATIO", "sampler_from"]
+__all__ = [
+    "DEFAULT_SAMPLER",
+    "DEFAULT_SAMPLER_RATIO",
+    "DrawnTraceIds",
+    "SamplingAhead",
+    "sampler_from",
+]
 
 # What `OTEL_TRACES_SAMPLER` unset means here (the SDK's own default samples every call):
 # one new trace in ten, and every call whose bot sampled it. What that costs the worker, and
@@ -103,3 +119,66 @@ class _SampledLinks(Sampler):
 
     def get_description(self) -> str:
         return f"SampledLinksOr{{{self._root.get_description()}}}"
+
+
+class DrawnTraceIds(RandomIdGenerator):
+    """The SDK's random ids, except that a trace id drawn ahead (`SamplingAhead`) is the next
+    one the provider hands out on the thread that drew it."""
+
+    def __init__(self) -> None:
+        self._drawn = threading.local()
+
+    def generate_trace_id(self) -> int:
+        drawn: int | None = getattr(self._drawn, "trace_id", None)
+        if drawn is None:
+            return super().generate_trace_id()
+        self._drawn.trace_id = None
+        return drawn
+
+    def hand_out_next(self, trace_id: int) -> None:
+        self._drawn.trace_id = trace_id
+
+    def draw_trace_id(self) -> int:
+        return super().generate_trace_id()
+
+
+class SamplingAhead:
+    """A delivery's span sampled before the SDK is asked for it, so that an unsampled call
+    (nine in ten by default) costs a span context made here instead of the SDK's span, its
+    attributes and its sampler's second pass.
+
+    The decision is the provider's sampler's, for the same parent and trace id the SDK would
+    pass it: a new trace's id is drawn here and handed to the SDK (`DrawnTraceIds`) when the
+    span is recorded. The context made for an unsampled span is the one the SDK makes: the
+    parent's trace id and trace state, a new span id, the flags without "sampled".
+    """
+
+    def __init__(self, sampler: Sampler, ids: DrawnTraceIds) -> None:
+        self._sampler = sampler
+        self._ids = ids
+
+    def unsampled_span(self, parent: Context, name: str, kind: SpanKind) -> NonRecordingSpan | None:
+        """The span of a delivery the sampler leaves out; None when it records this one, whose
+        span the SDK then makes (with the trace id drawn here, for a new trace)."""
+        parent_span = trace.get_current_span(parent).get_span_context()
+        if parent_span.is_valid:
+            trace_id = parent_span.trace_id
+            random_trace_id = parent_span.trace_flags.random_trace_id
+        else:
+            trace_id = self._ids.draw_trace_id()
+            random_trace_id = self._ids.is_trace_id_random()
+        result = self._sampler.should_sample(parent, trace_id, name, kind)
+        if result.decision is not Decision.DROP:  # recorded, sampled or not: the SDK's span
+            if not parent_span.is_valid:
+                self._ids.hand_out_next(trace_id)
+            return None
+        flags = TraceFlags.RANDOM_TRACE_ID if random_trace_id else TraceFlags.DEFAULT
+        return NonRecordingSpan(
+            SpanContext(
+                trace_id,
+                self._ids.generate_span_id(),
+                is_remote=False,
+                trace_flags=TraceFlags(flags),
+                trace_state=result.trace_state,
+            )
+        )

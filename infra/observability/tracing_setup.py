@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from opentelemetry import trace
+
+if TYPE_CHECKING:
+    from infra.observability.tracing_sampler import SamplingAhead
 
 __all__ = [
     "INSTRUMENTATION_NAME",
@@ -31,9 +34,11 @@ log = structlog.get_logger("ltm.tracing")
 
 
 class _State:
-    """The tracer in use: None while tracing is off (the one check of the off path)."""
+    """The tracer in use: None while tracing is off (the one check of the off path); and how
+    a delivery's span is sampled before the SDK is asked for it, when the provider allows."""
 
     tracer: trace.Tracer | None = None
+    ahead: SamplingAhead | None = None
 
 
 STATE: Final = _State()
@@ -45,8 +50,29 @@ def enabled() -> bool:
 
 def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
     """Traces with `provider` from now on (None: tracing off). For tests, and for a host
-    program that keeps its provider to itself; `configure_tracing` is the usual way."""
+    program that keeps its provider to itself; `configure_tracing` is the usual way.
+
+    A delivery's span is sampled ahead (`SamplingAhead`) when `provider` is the SDK's with
+    the ids `DrawnTraceIds` draws, as `configure_tracing` builds it, and the SDK counts no
+    spans of its own (`OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED`), which would miss those."""
     STATE.tracer = None if provider is None else provider.get_tracer(INSTRUMENTATION_NAME)
+    STATE.ahead = None if provider is None else _sampling_ahead(provider)
+
+
+def _sampling_ahead(provider: trace.TracerProvider) -> SamplingAhead | None:
+    if os.environ.get("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "").strip().lower() == "true":
+        return None
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from infra.observability.tracing_sampler import DrawnTraceIds, SamplingAhead
+    except ImportError:  # a host's own provider, the SDK not installed
+        return None
+    if not isinstance(provider, TracerProvider) or not isinstance(
+        provider.id_generator, DrawnTraceIds
+    ):
+        return None
+    return SamplingAhead(provider.sampler, provider.id_generator)
 
 
 def configure_tracing(service_name: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -65,7 +91,7 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     installed = trace.get_tracer_provider()
     if not isinstance(installed, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-        STATE.tracer = installed.get_tracer(INSTRUMENTATION_NAME)
+        use_tracer_provider(installed)
         return True
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
@@ -82,7 +108,7 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] | None = Non
         )
         return False
     trace.set_tracer_provider(provider)
-    STATE.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+    use_tracer_provider(provider)
     log.info(
         "tracing.on",
         service=service_name,
@@ -118,10 +144,14 @@ def _sdk_provider(
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from infra.observability.tracing_resource import process_resource
-    from infra.observability.tracing_sampler import sampler_from
+    from infra.observability.tracing_sampler import DrawnTraceIds, sampler_from
 
     # Spans still queued are exported at exit (the provider's own atexit hook).
-    provider = TracerProvider(resource=process_resource(service_name), sampler=sampler_from(env))
+    provider = TracerProvider(
+        resource=process_resource(service_name),
+        sampler=sampler_from(env),
+        id_generator=DrawnTraceIds(),
+    )
     for name in exporters:
         provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
     return provider

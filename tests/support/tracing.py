@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import Sampler
 
 from infra.observability import tracing
+from infra.observability.tracing_sampler import DrawnTraceIds
 
 __all__ = ["spans_in_memory", "traced_by"]
 
@@ -28,10 +29,14 @@ def traced_by(provider: TracerProvider) -> Iterator[TracerProvider]:
 
 
 @contextmanager
-def spans_in_memory(sampler: Sampler | None = None) -> Iterator[InMemorySpanExporter]:
-    """Traced for the block (with `sampler`, else the SDK's default); its spans kept."""
+def spans_in_memory(
+    sampler: Sampler | None = None, *, ahead: bool = True
+) -> Iterator[InMemorySpanExporter]:
+    """Traced for the block (with `sampler`, else the SDK's default); its spans kept.
+    `ahead`: deliveries sampled ahead, as in a process that configured its own tracing; else
+    by the SDK alone, as under a host program's provider."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler)
+    provider = TracerProvider(sampler=sampler, id_generator=DrawnTraceIds() if ahead else None)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with traced_by(provider):
         yield exporter

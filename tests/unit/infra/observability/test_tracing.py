@@ -98,13 +98,15 @@ def _configured(env: dict[str, str]) -> dict[str, object]:
         "import json\n"
         "from opentelemetry import trace\n"
         "from infra.observability.tracing import configure_tracing\n"
+        "from infra.observability.tracing_setup import STATE\n"
         "on = configure_tracing('ltm-test')\n"
         "provider = trace.get_tracer_provider()\n"
         "resource = getattr(provider, 'resource', None)\n"
         "name = resource.attributes.get('service.name') if resource else None\n"
         "sampler = getattr(provider, 'sampler', None)\n"
         "described = sampler.get_description() if sampler else None\n"
-        "print(json.dumps({'on': on, 'service': name, 'sampler': described}))\n"
+        "ahead = STATE.ahead is not None\n"
+        "print(json.dumps({'on': on, 'service': name, 'sampler': described, 'ahead': ahead}))\n"
     )
     clean = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
     done = subprocess.run(
@@ -148,6 +150,13 @@ def test_the_worker_s_sampler_is_the_default_unless_the_sdk_s_variables_say() ->
     assert default.startswith("ParentBased{root:SampledLinksOr{TraceIdRatioBased{0.1}}")
     everything = _configured({**asked, "OTEL_TRACES_SAMPLER": "parentbased_always_on"})
     assert str(everything["sampler"]).startswith("ParentBased{root:SampledLinksOr{AlwaysOn")
+
+
+def test_the_worker_samples_its_deliveries_ahead_unless_the_sdk_counts_its_spans() -> None:
+    asked = {"OTEL_TRACES_EXPORTER": "console"}
+    assert _configured(asked)["ahead"] is True
+    counted = _configured({**asked, "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED": "true"})
+    assert counted["on"] is True and counted["ahead"] is False
 
 
 # -- on -------------------------------------------------------------------------------------

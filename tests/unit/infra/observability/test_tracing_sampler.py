@@ -4,24 +4,38 @@ and by default one new trace in ten and every call the bot sampled."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, propagate, trace
+from opentelemetry.context import Context, attach, detach
+from opentelemetry.propagators.textmap import (
+    Getter,
+    Setter,
+    TextMapPropagator,
+    default_getter,
+    default_setter,
+)
+from opentelemetry.sdk.trace import Tracer, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import Decision, Sampler
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, TraceIdRatioBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from infra.observability import tracing
+from infra.observability import tracing, tracing_setup
 from infra.observability.tracing_sampler import (
     DEFAULT_SAMPLER,
     DEFAULT_SAMPLER_RATIO,
+    DrawnTraceIds,
     sampler_from,
 )
-from tests.support.tracing import spans_in_memory
+from tests.support.tracing import spans_in_memory, traced_by
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 SAMPLED = f"00-{TRACE_ID}-b7ad6b7169203331-01"
 UNSAMPLED = f"00-{TRACE_ID}-b7ad6b7169203331-00"
+_W3C = TraceContextTextMapPropagator()
 # Trace ids whose low 64 bits a ratio sampler compares with ratio * 2^64.
 LOW = 1
 HIGH = (1 << 64) - 1
@@ -164,3 +178,194 @@ def test_a_batch_holding_a_sampled_call_has_its_transaction_sampled(
     # Linked to the sampled call only; the count is the batch's.
     assert [f"{link.context.trace_id:032x}" for link in batch.links] == [TRACE_ID]
     assert (batch.attributes or {})["messaging.batch.message_count"] == 3
+
+
+# -- sampling ahead -------------------------------------------------------------------------
+
+
+def _delivered(headers: Mapping[str, object]) -> tuple[trace.Span, bool, dict[str, object]]:
+    """The span of a delivery carrying `headers`, whether it recorded, and the headers of an
+    event it publishes."""
+    event: dict[str, object] = {}
+    with tracing.processing(
+        headers=headers,
+        exchange="ltm.tool_calls",
+        routing_key="update_long_term_memory",
+        message_id=None,
+        conversation_id=None,
+    ) as span:
+        assert span is not None
+        tracing.carrying_current([event])
+        return span, span.is_recording(), event
+
+
+def _how_sampled(headers: dict[str, object]) -> tuple[object, ...]:
+    """What a delivery's span is, but its random span id: as the gateway and logs see it."""
+    span, recording, event = _delivered(headers)
+    context = span.get_span_context()
+    return (
+        recording,
+        context.trace_id if headers else None,  # a new trace's id is random
+        int(context.trace_flags),
+        context.trace_state.to_header(),
+        str(event["traceparent"]).split("-")[3],
+        event.get("tracestate"),
+    )
+
+
+PARENTS: list[dict[str, object]] = [
+    {},
+    {"traceparent": SAMPLED},
+    {"traceparent": UNSAMPLED},
+    {"traceparent": UNSAMPLED, "tracestate": "vendor=a"},
+    {"traceparent": SAMPLED, "tracestate": "vendor=b"},
+]
+
+
+@pytest.mark.parametrize("sampler", ["parentbased_always_off", "parentbased_always_on"])
+def test_a_delivery_sampled_ahead_is_what_the_sdk_alone_makes(sampler: str) -> None:
+    def seen(ahead: bool) -> list[tuple[object, ...]]:
+        with spans_in_memory(sampler_from({"OTEL_TRACES_SAMPLER": sampler}), ahead=ahead):
+            assert (tracing_setup.STATE.ahead is not None) is ahead
+            return [_how_sampled(headers) for headers in PARENTS]
+
+    ahead, alone = seen(True), seen(False)
+    assert ahead == alone
+    # Each case is what it says: the bot's flag and trace state followed, a new trace as the
+    # root sampler says.
+    assert [recording for recording, *_ in ahead] == [
+        sampler.endswith("on"),
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert ahead[3][3] == "vendor=a" and ahead[3][5] == "vendor=a"
+
+
+def test_a_new_trace_s_decision_is_the_ratio_s_for_the_id_it_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    start_span = Tracer.start_span
+
+    def counted(self: Tracer, name: str, *args: Any, **kwargs: Any) -> trace.Span:
+        made.append(name)
+        return start_span(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Tracer, "start_span", counted)
+    bound = TraceIdRatioBased.get_bound_for_rate(0.5)
+    with spans_in_memory(sampler_from({"OTEL_TRACES_SAMPLER_ARG": "0.5"})) as exported:
+        delivered = [_delivered({}) for _ in range(200)]
+    spans = [span for span, _, _ in delivered]
+    recorded = [recording for _, recording, _ in delivered]
+    # The SDK made the span of each sampled call, with the trace id drawn for its decision,
+    # and no span of any other.
+    assert recorded == [
+        span.get_span_context().trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
+        for span in spans
+    ]
+    assert 0 < sum(recorded) < len(spans)
+    assert len(made) == sum(recorded) == len(exported.get_finished_spans())
+    assert len({span.get_span_context().trace_id for span in spans}) == len(spans)
+
+
+def test_a_trace_id_drawn_ahead_is_handed_out_once_on_its_own_thread() -> None:
+    ids = DrawnTraceIds()
+    drawn = ids.draw_trace_id()
+    ids.hand_out_next(drawn)
+    elsewhere: list[int] = []
+    thread = threading.Thread(target=lambda: elsewhere.append(ids.generate_trace_id()))
+    thread.start()
+    thread.join(timeout=10)
+    assert elsewhere and elsewhere[0] != drawn
+    assert ids.generate_trace_id() == drawn
+    assert ids.generate_trace_id() != drawn
+
+
+def test_a_provider_of_the_host_s_own_is_sampled_by_the_sdk_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with traced_by(TracerProvider()):
+        assert tracing_setup.STATE.ahead is None
+    # The SDK's own counts of the spans it starts would miss those made ahead.
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    with traced_by(TracerProvider(id_generator=DrawnTraceIds())):
+        assert tracing_setup.STATE.ahead is None
+    assert tracing_setup.STATE.ahead is None and not tracing.enabled()
+
+
+@pytest.mark.parametrize(
+    "exported", [{"OTEL_TRACES_SAMPLER": "parentbased_always_on"}], indirect=True
+)
+@pytest.mark.parametrize(
+    ("current", "with_baggage"),
+    [
+        ({"traceparent": SAMPLED}, False),
+        ({"traceparent": UNSAMPLED}, False),
+        ({"traceparent": SAMPLED, "tracestate": "vendor=a"}, False),
+        ({"traceparent": UNSAMPLED}, True),
+        ({}, False),
+    ],
+)
+def test_the_headers_written_directly_are_what_the_propagators_write(
+    exported: InMemorySpanExporter, current: dict[str, object], with_baggage: bool
+) -> None:
+    written: dict[str, object] = {"tracestate": "old=1", "schema_version": 1}
+    expected: dict[str, object] = {"schema_version": 1}
+    with tracing.processing(
+        headers=current, exchange="x", routing_key="k", message_id=None, conversation_id=None
+    ):
+        token = attach(baggage.set_baggage("tenant", "1")) if with_baggage else None
+        tracing.carrying_current([written])
+        propagate.inject(expected)
+        if token is not None:
+            detach(token)
+    assert written == expected
+    assert "traceparent" in written
+    assert ("baggage" in written) is with_baggage
+
+
+class _RenamedTraceContext(TextMapPropagator):
+    """W3C's `traceparent` under another name: a propagator whose headers this module cannot
+    write or skip itself."""
+
+    def extract(
+        self,
+        carrier: Any,
+        context: Context | None = None,
+        getter: Getter[Any] = default_getter,
+    ) -> Context:
+        values = getter.get(carrier, "x-trace")
+        if not values:
+            return context if context is not None else Context()
+        return _W3C.extract({"traceparent": values[0]}, context=context)
+
+    def inject(
+        self,
+        carrier: Any,
+        context: Context | None = None,
+        setter: Setter[Any] = default_setter,
+    ) -> None:
+        inner: dict[str, str] = {}
+        _W3C.inject(inner, context=context)
+        if "traceparent" in inner:
+            setter.set(carrier, "x-trace", inner["traceparent"])
+
+    @property
+    def fields(self) -> set[str]:
+        return {"x-trace"}
+
+
+@pytest.mark.parametrize("exported", [{"OTEL_TRACES_SAMPLER_ARG": "0"}], indirect=True)
+def test_another_propagator_s_headers_are_its_own_to_read_and_write(
+    exported: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(propagate, "_HTTP_TEXT_FORMAT", _RenamedTraceContext())
+    for headers in ({"x-trace": SAMPLED}, {"x-trace": SAMPLED, "traceparent": UNSAMPLED}):
+        span, recording, event = _delivered(headers)
+        # The bot's context came from its header alone, with no W3C one, or one beside it.
+        assert recording
+        assert f"{span.get_span_context().trace_id:032x}" == TRACE_ID
+        assert set(event) == {"x-trace"}
+        assert str(event["x-trace"]).endswith("-01")
