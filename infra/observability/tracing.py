@@ -297,25 +297,29 @@ def processing(
         return _OFF
     parent = _context_from(headers)
     name = f"process {exchange or _DEFAULT_EXCHANGE}"
+
+    def attributes() -> dict[str, Any]:
+        return {
+            MESSAGING_SYSTEM: RABBITMQ,
+            MESSAGING_OPERATION_NAME: "process",
+            MESSAGING_OPERATION_TYPE: "process",
+            MESSAGING_DESTINATION_NAME: exchange or "",
+            **_optional(MESSAGING_DESTINATION_SUBSCRIPTION_NAME, queue),
+            **_optional(MESSAGING_RABBITMQ_ROUTING_KEY, routing_key),
+            **_optional(MESSAGING_MESSAGE_ID, message_id),
+            **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
+        }
+
     ahead = _STATE.ahead
-    if ahead is not None and (unsampled := ahead.unsampled_span(parent, name, SpanKind.CONSUMER)):
-        return _UnsampledCurrent(unsampled)
-    attributes: dict[str, Any] = {
-        MESSAGING_SYSTEM: RABBITMQ,
-        MESSAGING_OPERATION_NAME: "process",
-        MESSAGING_OPERATION_TYPE: "process",
-        MESSAGING_DESTINATION_NAME: exchange or "",
-        **_optional(MESSAGING_DESTINATION_SUBSCRIPTION_NAME, queue),
-        **_optional(MESSAGING_RABBITMQ_ROUTING_KEY, routing_key),
-        **_optional(MESSAGING_MESSAGE_ID, message_id),
-        **_optional(MESSAGING_MESSAGE_CONVERSATION_ID, conversation_id),
-    }
-    return tracer.start_as_current_span(
-        name,
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        attributes=attributes,
-    )
+    if ahead is None:
+        return tracer.start_as_current_span(
+            name, context=parent, kind=SpanKind.CONSUMER, attributes=attributes()
+        )
+    span = ahead.start_span(tracer, parent, name, SpanKind.CONSUMER, attributes)
+    if not span.is_recording():
+        return _UnsampledCurrent(span)
+    # As `start_as_current_span` would: ended, and failed by an exception, when the block ends.
+    return trace.use_span(span, end_on_exit=True)
 
 
 def settled(operation: str, *, delivery_tag: int | None) -> None:

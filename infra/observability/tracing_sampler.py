@@ -6,7 +6,7 @@ Imported only once tracing is configured: the SDK is the `tracing` extra's.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import structlog
@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
+    Span,
     SpanContext,
     SpanKind,
     TraceFlags,
@@ -135,7 +136,8 @@ class DrawnTraceIds(RandomIdGenerator):
         self._drawn.trace_id = None
         return drawn
 
-    def hand_out_next(self, trace_id: int) -> None:
+    def hand_out_next(self, trace_id: int | None) -> None:
+        """`trace_id` for the next span of a new trace on this thread; None: none any more."""
         self._drawn.trace_id = trace_id
 
     def draw_trace_id(self) -> int:
@@ -148,18 +150,25 @@ class SamplingAhead:
     attributes and its sampler's second pass.
 
     The decision is the provider's sampler's, for the same parent and trace id the SDK would
-    pass it: a new trace's id is drawn here and handed to the SDK (`DrawnTraceIds`) when the
-    span is recorded. The context made for an unsampled span is the one the SDK makes: the
-    parent's trace id and trace state, a new span id, the flags without "sampled".
+    pass it: a new trace's id is drawn here and handed to the SDK (`DrawnTraceIds`) as it
+    makes the recorded span. The context made for an unsampled span is the one the SDK makes:
+    the parent's trace id and trace state, a new span id, the flags without "sampled".
     """
 
     def __init__(self, sampler: Sampler, ids: DrawnTraceIds) -> None:
         self._sampler = sampler
         self._ids = ids
 
-    def unsampled_span(self, parent: Context, name: str, kind: SpanKind) -> NonRecordingSpan | None:
-        """The span of a delivery the sampler leaves out; None when it records this one, whose
-        span the SDK then makes (with the trace id drawn here, for a new trace)."""
+    def start_span(
+        self,
+        tracer: trace.Tracer,
+        parent: Context,
+        name: str,
+        kind: SpanKind,
+        attributes: Callable[[], Attributes],
+    ) -> Span:
+        """The delivery's span, started: made here when the sampler leaves it out, else the
+        SDK's, with `attributes()`, in the trace whose id the decision was made on."""
         parent_span = trace.get_current_span(parent).get_span_context()
         if parent_span.is_valid:
             trace_id = parent_span.trace_id
@@ -168,17 +177,22 @@ class SamplingAhead:
             trace_id = self._ids.draw_trace_id()
             random_trace_id = self._ids.is_trace_id_random()
         result = self._sampler.should_sample(parent, trace_id, name, kind)
-        if result.decision is not Decision.DROP:  # recorded, sampled or not: the SDK's span
-            if not parent_span.is_valid:
-                self._ids.hand_out_next(trace_id)
-            return None
-        flags = TraceFlags.RANDOM_TRACE_ID if random_trace_id else TraceFlags.DEFAULT
-        return NonRecordingSpan(
-            SpanContext(
-                trace_id,
-                self._ids.generate_span_id(),
-                is_remote=False,
-                trace_flags=TraceFlags(flags),
-                trace_state=result.trace_state,
+        if result.decision is Decision.DROP:
+            flags = TraceFlags.RANDOM_TRACE_ID if random_trace_id else TraceFlags.DEFAULT
+            return NonRecordingSpan(
+                SpanContext(
+                    trace_id,
+                    self._ids.generate_span_id(),
+                    is_remote=False,
+                    trace_flags=TraceFlags(flags),
+                    trace_state=result.trace_state,
+                )
             )
-        )
+        if parent_span.is_valid:
+            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes())
+        # Made now, not when a `with` is entered later: no other span can take the id first.
+        self._ids.hand_out_next(trace_id)
+        try:
+            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes())
+        finally:
+            self._ids.hand_out_next(None)  # taken, or left by an SDK that made no span

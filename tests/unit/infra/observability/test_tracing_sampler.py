@@ -369,3 +369,39 @@ def test_another_propagator_s_headers_are_its_own_to_read_and_write(
         assert f"{span.get_span_context().trace_id:032x}" == TRACE_ID
         assert set(event) == {"x-trace"}
         assert str(event["x-trace"]).endswith("-01")
+
+
+def test_a_drawn_trace_id_is_the_delivery_s_even_if_another_span_starts_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    handed_out: set[int] = set()
+    hand_out_next = DrawnTraceIds.hand_out_next
+
+    def noted(self: DrawnTraceIds, trace_id: int | None) -> None:
+        if trace_id is not None:
+            handed_out.add(trace_id)
+        hand_out_next(self, trace_id)
+
+    monkeypatch.setattr(DrawnTraceIds, "hand_out_next", noted)
+    deliveries: list[int] = []
+    others: list[int] = []
+    with spans_in_memory(sampler_from({"OTEL_TRACES_SAMPLER_ARG": "0.5"})):
+        for _ in range(100):
+            delivery = tracing.processing(
+                headers={},
+                exchange="ltm.tool_calls",
+                routing_key="update_long_term_memory",
+                message_id=None,
+                conversation_id=None,
+            )
+            # A span of a trace of its own, started between the call and the `with`.
+            with tracing.posting("POST", "/x", channel_id="1") as other:
+                assert other is not None
+                others.append(other.get_span_context().trace_id)
+            with delivery as span:
+                assert span is not None
+                if span.is_recording():
+                    deliveries.append(span.get_span_context().trace_id)
+    # Each recorded delivery kept the id its decision was made on, and no other span took one.
+    assert deliveries and set(deliveries) <= handed_out
+    assert handed_out.isdisjoint(others)
