@@ -80,6 +80,8 @@ class EventConsumer(abc.ABC):
             routing_key=message.routing_key,
             message_id=message.message_id,
             conversation_id=message.correlation_id,
+            # An event without a context is a call's the worker did not sample.
+            starts_trace=False,
         ) as span:
             yield span
 

@@ -4,8 +4,9 @@ The W3C trace context travels in the AMQP headers (`traceparent`, `tracestate`):
 client's PRODUCER span is the parent of the worker's CONSUMER span, whose context the worker
 publishes the call's events within, and stores with every outbox row it writes, so that a
 sweep's late publish, from any process, is a child of the call that made the event; the
-gateway continues from the event's headers. Span names and attributes follow OpenTelemetry's
-messaging, database and HTTP semantic conventions.
+gateway continues from the event's headers, and starts no trace of its own: the events of a
+call the worker did not sample carry no context, and are left out there too. Span names and
+attributes follow OpenTelemetry's messaging, database and HTTP semantic conventions.
 
 Off unless configured. `configure_tracing`, at a process's start, reads the standard `OTEL_*`
 variables and installs the SDK (the `tracing` extra) when they ask for an exporter; a host
@@ -19,13 +20,22 @@ written here rather than by the propagator's machinery, whenever that writes the
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry.context import Context, attach, detach
 from opentelemetry.propagators.textmap import Getter, TextMapPropagator
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from infra.observability.tracing_setup import (
@@ -114,6 +124,19 @@ class _UnsampledCurrent(contextlib.AbstractContextManager[Span]):
 
     def __exit__(self, *_: object) -> None:
         detach(self._token)
+
+
+def _left_out() -> Span:
+    """A span context of a trace nobody samples: current, it keeps whatever is made within it
+    out of traces (a parent-based sampler follows its flag), as an unsampled parent would."""
+    return trace.NonRecordingSpan(
+        SpanContext(
+            trace_id=random.getrandbits(128) or 1,
+            span_id=random.getrandbits(64) or 1,
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.DEFAULT),
+        )
+    )
 
 
 # -- context in AMQP headers ---------------------------------------------------------------
@@ -242,8 +265,8 @@ def _propagation() -> _Propagation:
 
 
 def _inject(*all_headers: MutableMapping[str, Any]) -> None:
-    """The current context into each message's headers, sampled or not: an unsampled flag is
-    what keeps the gateway from sampling the rest of a call the worker left out."""
+    """The current context into each message's headers, sampled or not: a bot's unsampled
+    flag is what keeps the worker from sampling a call the bot left out."""
     propagation = _propagation()
     # Once: every message carries the same context.
     carrier = _w3c_carrier() if propagation.w3c else None
@@ -272,11 +295,14 @@ def carrying_current(headers: Iterable[MutableMapping[str, Any]]) -> None:
     """The current span's context into each message's `headers`: messages published within a
     call's span (its events), so that each delivery's span is the call's child.
 
-    No span of their own: one would cost every traced call a third of what its tracing costs
-    the worker (bench/RESULTS.md), and would say no more than the call's `process` span does,
-    which ends once the events are confirmed and the delivery settled. `headers` is only
-    iterated while tracing is on: the caller may pass a generator, made for nothing when off."""
-    if _STATE.tracer is None:
+    Only a sampled call's: an unsampled call's events carry no context, and the gateway, which
+    continues traces and starts none (`processing(starts_trace=False)`), leaves them out as
+    the worker did, for none of the header's cost to each of them. No span of their own: one
+    would cost every traced call a third of what its tracing costs the worker
+    (bench/RESULTS.md), and would say no more than the call's `process` span does, which ends
+    once the events are confirmed and the delivery settled. `headers` is only iterated for a
+    sampled call: the caller may pass a generator, made for nothing otherwise."""
+    if _STATE.tracer is None or not trace.get_current_span().get_span_context().trace_flags.sampled:
         return
     _inject(*headers)
 
@@ -289,13 +315,21 @@ def processing(
     message_id: str | None,
     conversation_id: str | None,
     queue: str | None = None,
+    starts_trace: bool = True,
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CONSUMER span `process <exchange>`, the child of the context in the delivery's
-    headers (a new trace without one), current until the delivery is settled."""
+    headers, current until the delivery is settled.
+
+    `starts_trace`: whether a delivery without a context starts a trace of its own (the
+    worker's calls, sampled as new traces are); else it is left out, as a delivery with an
+    unsampled context is (the gateway's events: the worker passes no context on for a call it
+    did not sample)."""
     tracer = _STATE.tracer
     if tracer is None:
         return _OFF
     parent = _context_from(headers)
+    if not starts_trace and not trace.get_current_span(parent).get_span_context().is_valid:
+        return _UnsampledCurrent(_left_out())
     name = f"process {exchange or _DEFAULT_EXCHANGE}"
 
     def attributes() -> dict[str, Any]:
@@ -442,10 +476,11 @@ def trace_id_of(span: Span | None) -> str | None:
 
 
 def add_trace_ids(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
-    """A structlog processor: `trace_id` and `span_id` on every line logged within a span."""
+    """A structlog processor: `trace_id` and `span_id` on every line logged within a sampled
+    span, the trace one can open (an unsampled call's lines have its `tool_call_id`)."""
     if _STATE.tracer is not None:
         context = trace.get_current_span().get_span_context()
-        if context.is_valid:
+        if context.trace_flags.sampled:
             event_dict["trace_id"] = f"{context.trace_id:032x}"
             event_dict["span_id"] = f"{context.span_id:016x}"
     return event_dict

@@ -19,6 +19,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
 from contracts import (
     ToolCallCompleted,
@@ -35,6 +36,7 @@ from harness.fake_discord import FakeDiscord
 from harness.processes import LtmProcess
 from harness.services import TestServices
 from harness.snowflake import snowflake
+from harness.waiting import eventually
 from harness.world import Persona, World, participant, tool_call
 from infra.messaging.confirms import ConfirmingChannel
 from infra.observability import tracing
@@ -263,6 +265,110 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
 
 
 _ROUTING_KEY = "messaging.rabbitmq.destination.routing_key"
+
+
+async def test_a_call_the_bot_left_out_is_left_out_everywhere(
+    services: TestServices,
+    channel: AbstractChannel,
+    amqp: AbstractRobustConnection,
+    topology: Topology,
+    world: World,
+    receiver: OtlpReceiver,
+    fake_discord: FakeDiscord,
+    tmp_path: Path,
+) -> None:
+    persona = await world.persona(await world.server(), nickname="Tomori")
+    left_out, sampled = f"left-out-{uuid.uuid4()}", f"sampled-{uuid.uuid4()}"
+    # The receiver is the module's: what earlier tests' processes sent is not this test's.
+    earlier = {(span.trace_id, span.span_id) for span in receiver.spans()}
+    channel_id = snowflake()
+    # Both processes would sample every new trace: what they leave out, the bot's flag did.
+    every_trace = {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}
+    gateway = LtmProcess(
+        services,
+        ("gateway", "--shards", str(SHARD), "--shard-count", str(SHARD + 1)),
+        tmp_path / "gateway.log",
+        env={
+            "DISCORD_TOKEN": "fake-token-tracing",
+            "DISCORD_API_URL": fake_discord.url,
+            **receiver.env("ltm-gateway"),
+            **every_trace,
+        },
+    )
+    with (
+        _worker(services, receiver, tmp_path, "worker", **every_trace) as worker,
+        gateway,
+    ):
+        await worker.wait_ready_async()
+        await gateway.wait_ready_async()
+        async with (
+            tap_events(channel, topology.events_exchange) as events,
+            _bot(amqp, topology) as client,
+        ):
+            for tool_call_id, bot_sampler in ((left_out, ALWAYS_OFF), (sampled, ALWAYS_ON)):
+                memory_id = await world.server_memory(persona, f"{{user}} plays {tool_call_id}")
+                provider = TracerProvider(
+                    sampler=bot_sampler, resource=Resource.create({"service.name": "test-bot"})
+                )
+                provider.add_span_processor(
+                    SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint))
+                )
+                with traced_by(provider):
+                    answer = await client.call(
+                        tool_call_id,
+                        "update_long_term_memory",
+                        {"memory_id": memory_id, "memory_content": "{user} plays chess"},
+                        _context(persona, channel_id),
+                        timeout_s=20,
+                    )
+                assert answer["success"] is True
+                # Its embed posted (the gateway's span of it, if any, ends before the next).
+                expected_posts = 1 if tool_call_id == left_out else 2
+
+                async def embed_posted(count: int = expected_posts) -> bool:
+                    return len(fake_discord.posts(channel_id)) == count
+
+                await eventually(embed_posted, what=f"{tool_call_id}'s embed posted")
+
+            def posted(spans: list[ReceivedSpan]) -> bool:
+                traces = {
+                    span.trace_id
+                    for span in spans
+                    if span.attributes.get("messaging.message.conversation_id") == sampled
+                }
+                names = [span.name for span in spans if span.trace_id in traces]
+                return "POST /channels/{channel.id}/messages" in names
+
+            # Exported after whatever the left-out call's processes would have made.
+            spans = await receiver.wait_for(posted, what="the sampled call's embed posted")
+            await events.wait_until(
+                lambda tap: len(tap.deliveries_with(correlation_id=left_out)) == 4,
+                what="the left-out call's four events",
+            )
+
+    left_out_events = events.deliveries_with(correlation_id=left_out)
+    sampled_events = events.deliveries_with(correlation_id=sampled)
+    # The left-out call's events carry no context, and no span anywhere is about it.
+    assert [delivery.headers.get("traceparent") for delivery in left_out_events] == [None] * 4
+    assert all("traceparent" in delivery.headers for delivery in sampled_events)
+    about = [
+        span.service
+        for span in spans
+        if span.attributes.get("messaging.message.conversation_id") == left_out
+    ]
+    assert about == []
+    # Every span the gateway made belongs to the sampled call's trace.
+    sampled_traces = {
+        span.trace_id
+        for span in spans
+        if span.attributes.get("messaging.message.conversation_id") == sampled
+    }
+    gateway_traces = {
+        span.trace_id
+        for span in spans
+        if span.service == "ltm-gateway" and (span.trace_id, span.span_id) not in earlier
+    }
+    assert gateway_traces and gateway_traces <= sampled_traces
 
 
 async def _publish_traced(

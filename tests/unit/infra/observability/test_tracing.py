@@ -222,11 +222,11 @@ def test_a_call_s_events_carry_its_context_and_make_no_span(
     assert events[2]["schema_version"] == 1
 
 
-def test_an_unsampled_call_makes_no_child_span_and_passes_its_flag_on(
+def test_an_unsampled_call_makes_no_child_span_and_its_events_carry_no_context(
     exported: InMemorySpanExporter,
 ) -> None:
     unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
-    events: list[dict[str, object]] = [{}, {}]
+    events: list[dict[str, object]] = [{}, {"schema_version": 1}]
     with tracing.processing(
         headers={"traceparent": unsampled},
         exchange="ltm.tool_calls",
@@ -242,10 +242,47 @@ def test_an_unsampled_call_makes_no_child_span_and_passes_its_flag_on(
         tracing.settled("ack", delivery_tag=1)
         stored = tracing.traceparent_of(call)
     assert exported.get_finished_spans() == ()
-    # The gateway, and a late publish of a stored row, follow the bot's "not sampled".
+    # The gateway leaves an event without a context out (below); a late publish of a stored
+    # row follows the bot's "not sampled".
+    assert events == [{}, {"schema_version": 1}]
     assert stored is not None and stored.endswith("-00")
     assert stored.split("-")[1] == unsampled.split("-")[1]
-    assert [str(headers["traceparent"]).split("-")[3] for headers in events] == ["00", "00"]
+
+
+def test_a_consumer_that_starts_no_trace_leaves_a_delivery_without_a_context_out(
+    exported: InMemorySpanExporter,
+) -> None:
+    # The SDK's default sampler (parent-based, every new trace sampled) would trace it.
+    def deliver(headers: dict[str, object]) -> bool:
+        with tracing.processing(
+            headers=headers,
+            exchange="ltm.events",
+            routing_key="embed.shard.0",
+            message_id="event-1",
+            conversation_id="call-1",
+            starts_trace=False,
+        ) as span:
+            assert span is not None and span.get_span_context().is_valid
+            # Nor is what it does within traced: a request to Discord follows its flag.
+            with tracing.posting("POST", "/x", channel_id="1") as post:
+                assert post is not None and not post.is_recording()
+            return span.is_recording()
+
+    assert deliver({"schema_version": 1}) is False
+    assert exported.get_finished_spans() == ()
+    # An event with a sampled context is continued, as by any consumer.
+    sampled_headers: dict[str, object] = {"schema_version": 1, "traceparent": TRACEPARENT}
+    with tracing.processing(
+        headers=sampled_headers,
+        exchange="ltm.events",
+        routing_key="embed.shard.0",
+        message_id="event-2",
+        conversation_id="call-2",
+        starts_trace=False,
+    ) as span:
+        assert span is not None and span.is_recording()
+    [process] = exported.get_finished_spans()
+    assert f"{process.context.trace_id:032x}" == TRACEPARENT.split("-")[1]
 
 
 def test_a_delivery_without_a_context_starts_a_trace_whatever_is_current(
@@ -362,7 +399,7 @@ def test_traceparent_and_trace_id_of_a_span(exported: InMemorySpanExporter) -> N
     assert trace_id == f"{context.trace_id:032x}"
 
 
-def test_log_lines_within_a_span_carry_its_ids(
+def test_log_lines_within_a_sampled_span_carry_its_ids(
     exported: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stderr = io.StringIO()
@@ -372,7 +409,16 @@ def test_log_lines_within_a_span_carry_its_ids(
     with tracing.posting("POST", "/x", channel_id="1") as span:
         log.info("inside", tool_call_id="c-1")
     log.info("outside")
-    inside, outside = (json.loads(line) for line in stderr.getvalue().splitlines())
+    with tracing.processing(
+        headers={"traceparent": TRACEPARENT[:-2] + "00"},
+        exchange="ltm.tool_calls",
+        routing_key="update_long_term_memory",
+        message_id="event-1",
+        conversation_id="c-2",
+    ) as unsampled:
+        assert unsampled is not None and unsampled.get_span_context().is_valid
+        log.info("unsampled", tool_call_id="c-2")
+    inside, outside, left_out = (json.loads(line) for line in stderr.getvalue().splitlines())
     assert span is not None
     context = span.get_span_context()
     assert (inside["trace_id"], inside["span_id"]) == (
@@ -380,6 +426,9 @@ def test_log_lines_within_a_span_carry_its_ids(
         f"{context.span_id:016x}",
     )
     assert "trace_id" not in outside and "span_id" not in outside
+    # An unsampled call's trace is nowhere to open: its line has its tool_call_id alone.
+    assert left_out["tool_call_id"] == "c-2"
+    assert "trace_id" not in left_out and "span_id" not in left_out
 
 
 def test_attribute_names_are_the_semantic_conventions() -> None:

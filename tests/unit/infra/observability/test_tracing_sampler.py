@@ -203,12 +203,13 @@ def _how_sampled(headers: dict[str, object]) -> tuple[object, ...]:
     """What a delivery's span is, but its random span id: as the gateway and logs see it."""
     span, recording, event = _delivered(headers)
     context = span.get_span_context()
+    traceparent = event.get("traceparent")
     return (
         recording,
         context.trace_id if headers else None,  # a new trace's id is random
         int(context.trace_flags),
         context.trace_state.to_header(),
-        str(event["traceparent"]).split("-")[3],
+        str(traceparent).split("-")[3] if traceparent is not None else None,
         event.get("tracestate"),
     )
 
@@ -240,7 +241,11 @@ def test_a_delivery_sampled_ahead_is_what_the_sdk_alone_makes(sampler: str) -> N
         False,
         True,
     ]
-    assert ahead[3][3] == "vendor=a" and ahead[3][5] == "vendor=a"
+    # An unsampled call's events carry no context; a sampled one's, its trace state too.
+    sampled_flags = [None if flags is None else int(str(flags), 16) & 1 for *_, flags, _ in ahead]
+    assert sampled_flags == [1 if on else None for on, *_ in ahead]
+    assert ahead[3][3] == "vendor=a" and ahead[3][5] is None
+    assert ahead[4][5] == "vendor=b"
 
 
 def test_a_new_trace_s_decision_is_the_ratio_s_for_the_id_it_keeps(
@@ -302,9 +307,8 @@ def test_a_provider_of_the_host_s_own_is_sampled_by_the_sdk_alone(
     ("current", "with_baggage"),
     [
         ({"traceparent": SAMPLED}, False),
-        ({"traceparent": UNSAMPLED}, False),
         ({"traceparent": SAMPLED, "tracestate": "vendor=a"}, False),
-        ({"traceparent": UNSAMPLED}, True),
+        ({"traceparent": SAMPLED}, True),
         ({}, False),
     ],
 )
