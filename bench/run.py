@@ -236,8 +236,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="broker-loop and worker runs, taken in turns; the ratio is their median"
         " (env BENCH_ROUNDS)")  # fmt: skip
     add("--tracing-rounds", type=int, default=_env_int("BENCH_TRACING_ROUNDS", 0),
-        help="rounds of the tracing phase; 0: two more than --rounds, since its default"
-        " sampling's target leaves the least room (env BENCH_TRACING_ROUNDS)")  # fmt: skip
+        help="rounds of the tracing phase; 0: three times --rounds, since its default"
+        " sampling's target leaves the least room, and single rounds of the same worker"
+        " move by more than it (env BENCH_TRACING_ROUNDS)")  # fmt: skip
     add("--warmup", type=int, default=_env_int("BENCH_WARMUP", 300),
         help="calls answered before each timed run (env BENCH_WARMUP)")  # fmt: skip
     add("--db-seconds", type=float, default=_env_float("BENCH_DB_SECONDS", 5.0),
@@ -290,7 +291,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         calls=args.calls,
         peer_calls=args.peer_calls,
         rounds=args.rounds,
-        tracing_rounds=args.tracing_rounds or args.rounds + 2,
+        tracing_rounds=args.tracing_rounds or 3 * args.rounds,
         warmup=args.warmup,
         db_seconds=args.db_seconds,
         db_clients=_counts(args.db_clients),

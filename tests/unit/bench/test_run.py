@@ -125,12 +125,12 @@ def test_main_prints_the_raw_table_then_the_summary(
     assert (tmp_path / "results.json").exists()
 
 
-def test_the_tracing_phase_takes_two_more_rounds_than_the_others_unless_told(
+def test_the_tracing_phase_takes_three_times_the_others_rounds_unless_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("BENCH_ROUNDS", raising=False)
     monkeypatch.delenv("BENCH_TRACING_ROUNDS", raising=False)
 
-    assert (run.parse_args([]).rounds, run.parse_args([]).tracing_rounds) == (3, 5)
+    assert (run.parse_args([]).rounds, run.parse_args([]).tracing_rounds) == (3, 9)
     assert run.parse_args(["--rounds", "1"]).tracing_rounds == 3
     assert run.parse_args(["--rounds", "1", "--tracing-rounds", "7"]).tracing_rounds == 7
