@@ -18,7 +18,8 @@ install: $(STAMP)
 # Both distributions in one pip call, so that the service's tomori-ltm-contracts resolves to
 # the checkout's contracts/ (editable both: a checkout runs its own code).
 $(STAMP): pyproject.toml contracts/pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# pip is the last thing venv installs: without it, the venv was interrupted; made anew.
+	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ./contracts -e '.[dev]'
 	touch $(STAMP)
