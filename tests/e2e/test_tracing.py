@@ -77,6 +77,27 @@ def _worker(
     )
 
 
+def _gateway(
+    services: TestServices,
+    receiver: OtlpReceiver,
+    fake_discord: FakeDiscord,
+    tmp: Path,
+    **env: str,
+) -> LtmProcess:
+    """`ltm gateway` of this module's shard, posting to the fake Discord, traced."""
+    return LtmProcess(
+        services,
+        ("gateway", "--shards", str(SHARD), "--shard-count", str(SHARD + 1)),
+        tmp / "gateway.log",
+        env={
+            "DISCORD_TOKEN": "fake-token-tracing",
+            "DISCORD_API_URL": fake_discord.url,
+            **receiver.env("ltm-gateway"),
+            **env,
+        },
+    )
+
+
 @asynccontextmanager
 async def _bot(amqp: AbstractRobustConnection, topology: Topology) -> AsyncIterator[ToolClient]:
     """A bot's tool client: it publishes, and a copy of the shard's results resolves its calls
@@ -144,16 +165,7 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     persona = await world.persona(await world.server(), nickname="Tomori")
     memory_id = await world.server_memory(persona, "{user} waters the plants")
     channel_id = snowflake()
-    gateway = LtmProcess(
-        services,
-        ("gateway", "--shards", str(SHARD), "--shard-count", str(SHARD + 1)),
-        tmp_path / "gateway.log",
-        env={
-            "DISCORD_TOKEN": "fake-token-tracing",
-            "DISCORD_API_URL": fake_discord.url,
-            **receiver.env("ltm-gateway"),
-        },
-    )
+    gateway = _gateway(services, receiver, fake_discord, tmp_path)
     tool_call_id = f"traced-{uuid.uuid4()}"
     with _worker(services, receiver, tmp_path, "worker") as worker, gateway:
         await worker.wait_ready_async()
@@ -284,17 +296,7 @@ async def test_a_call_the_bot_left_out_is_left_out_everywhere(
     channel_id = snowflake()
     # Both processes would sample every new trace: what they leave out, the bot's flag did.
     every_trace = {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}
-    gateway = LtmProcess(
-        services,
-        ("gateway", "--shards", str(SHARD), "--shard-count", str(SHARD + 1)),
-        tmp_path / "gateway.log",
-        env={
-            "DISCORD_TOKEN": "fake-token-tracing",
-            "DISCORD_API_URL": fake_discord.url,
-            **receiver.env("ltm-gateway"),
-            **every_trace,
-        },
-    )
+    gateway = _gateway(services, receiver, fake_discord, tmp_path, **every_trace)
     with (
         _worker(services, receiver, tmp_path, "worker", **every_trace) as worker,
         gateway,
