@@ -237,7 +237,7 @@ def _producer(
         attributes=attributes,
         links=links,
     ) as span:
-        _inject(headers)
+        _inject(span.get_span_context(), headers)
         yield span
 
 
@@ -264,12 +264,13 @@ def _propagation() -> _Propagation:
     return _PROPAGATION
 
 
-def _inject(*all_headers: MutableMapping[str, Any]) -> None:
-    """The current context into each message's headers, sampled or not: a bot's unsampled
-    flag is what keeps the worker from sampling a call the bot left out."""
+def _inject(current: SpanContext, *all_headers: MutableMapping[str, Any]) -> None:
+    """The current context (`current`: its span's) into each message's headers, sampled or
+    not: a bot's unsampled flag is what keeps the worker from sampling a call the bot left
+    out."""
     propagation = _propagation()
     # Once: every message carries the same context.
-    carrier = _w3c_carrier() if propagation.w3c else None
+    carrier = _w3c_carrier(current) if propagation.w3c else None
     if carrier is None:
         carrier = {}
         propagate.inject(carrier)
@@ -282,10 +283,10 @@ def _inject(*all_headers: MutableMapping[str, Any]) -> None:
         headers.update(carrier)
 
 
-def _w3c_carrier() -> dict[str, Any] | None:
-    """What the W3C propagators write for the current context when it is a span's alone (no
-    `tracestate`, no baggage): its `traceparent`; None for any other, theirs to write."""
-    context = trace.get_current_span().get_span_context()
+def _w3c_carrier(context: SpanContext) -> dict[str, Any] | None:
+    """What the W3C propagators write for the current context, whose span's is `context`,
+    when it is that alone (no `tracestate`, no baggage): its `traceparent`; None for any
+    other, theirs to write."""
     if not context.is_valid or context.trace_state or baggage.get_all():
         return None
     return {"traceparent": _traceparent(context)}
@@ -302,9 +303,11 @@ def carrying_current(headers: Iterable[MutableMapping[str, Any]]) -> None:
     (bench/RESULTS.md), and would say no more than the call's `process` span does, which ends
     once the events are confirmed and the delivery settled. `headers` is only iterated for a
     sampled call: the caller may pass a generator, made for nothing otherwise."""
-    if _STATE.tracer is None or not trace.get_current_span().get_span_context().trace_flags.sampled:
+    if _STATE.tracer is None:
         return
-    _inject(*headers)
+    current = trace.get_current_span().get_span_context()
+    if current.trace_flags.sampled:
+        _inject(current, *headers)
 
 
 def processing(

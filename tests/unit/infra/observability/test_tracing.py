@@ -3,6 +3,7 @@ needs."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import propagate, trace
@@ -54,6 +56,20 @@ def _send(headers: dict[str, object], **options: object) -> trace.Span | None:
         **options,  # type: ignore[arg-type]
     ) as span:
         return span
+
+
+def _delivery(
+    headers: dict[str, object], **options: object
+) -> contextlib.AbstractContextManager[trace.Span | None]:
+    """The span of a tool call's delivery carrying `headers` (`options`: other arguments)."""
+    arguments: dict[str, Any] = {
+        "exchange": "ltm.tool_calls",
+        "routing_key": "update_long_term_memory",
+        "message_id": "event-1",
+        "conversation_id": "call-1",
+        **options,
+    }
+    return tracing.processing(headers=headers, **arguments)
 
 
 # -- off ------------------------------------------------------------------------------------
@@ -227,13 +243,7 @@ def test_an_unsampled_call_makes_no_child_span_and_its_events_carry_no_context(
 ) -> None:
     unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
     events: list[dict[str, object]] = [{}, {"schema_version": 1}]
-    with tracing.processing(
-        headers={"traceparent": unsampled},
-        exchange="ltm.tool_calls",
-        routing_key="update_long_term_memory",
-        message_id="event-1",
-        conversation_id="call-1",
-    ):
+    with _delivery({"traceparent": unsampled}):
         call = tracing.current_span()
         assert call is not None and not call.is_recording()
         with tracing.transaction([call], database="ltm") as transaction:
@@ -255,13 +265,8 @@ def test_a_consumer_that_starts_no_trace_leaves_a_delivery_without_a_context_out
     # The SDK's default sampler (parent-based, every new trace sampled) would trace it.
     def deliver(headers: dict[str, object]) -> tuple[bool, bool]:
         """Whether the delivery's span, and a request to Discord made within it, record."""
-        with tracing.processing(
-            headers=headers,
-            exchange="ltm.events",
-            routing_key="embed.shard.0",
-            message_id="event-1",
-            conversation_id="call-1",
-            starts_trace=False,
+        with _delivery(
+            headers, exchange="ltm.events", routing_key="embed.shard.0", starts_trace=False
         ) as span:
             assert span is not None and span.get_span_context().is_valid
             with tracing.posting("POST", "/x", channel_id="1") as post:
@@ -401,13 +406,7 @@ def test_log_lines_within_a_sampled_span_carry_its_ids(
     with tracing.posting("POST", "/x", channel_id="1") as span:
         log.info("inside", tool_call_id="c-1")
     log.info("outside")
-    with tracing.processing(
-        headers={"traceparent": TRACEPARENT[:-2] + "00"},
-        exchange="ltm.tool_calls",
-        routing_key="update_long_term_memory",
-        message_id="event-1",
-        conversation_id="c-2",
-    ) as unsampled:
+    with _delivery({"traceparent": TRACEPARENT[:-2] + "00"}) as unsampled:
         assert unsampled is not None and unsampled.get_span_context().is_valid
         log.info("unsampled", tool_call_id="c-2")
     inside, outside, left_out = (json.loads(line) for line in stderr.getvalue().splitlines())
