@@ -52,6 +52,12 @@ One run, on the local PostgreSQL and RabbitMQ, in a database and a virtual host 
    shell reaches its processes, so a parent-based sampler has no caller's flag to follow.
    In the same rounds the untraced worker runs a second time (`tracing_off_again_vs_off`, no
    target): a ratio that should be 1, which says how far the rounds move on their own.
+   Then the four workers side by side, consuming one queue filled with `--shared-calls`
+   calls (60,000) before they start, in `--rounds` rounds (`bench.shared_queue`):
+   `tracing_shared_<label>_tps` and `_worker_cpu_ms` over the same window, and
+   `tracing_shared_<default|on|off_again>_vs_off` and `_worker_cpu_vs_off`, each round's
+   ratio, the median. Whatever slows the machine slows the four alike, so these resolve what
+   the rounds taken in turns cannot.
 5d. Updates carrying `context.seen` of 25 entries (the target at its current revision, so
    that each applies) against the same updates without, side by side (`seen_25_tps` /
    `none_tps` and `seen_25_vs_none_throughput` in paired rounds as in 3, then `seen_25_p50_ms`
@@ -132,6 +138,7 @@ from bench.rounds import (
 from bench.samples import Sample, capture
 from bench.scaling import ScalingPlan, measure_scaling, scaling_rows
 from bench.services import BenchServices, bench_services
+from bench.shared_queue import SharedQueuePlan, measure_shared_queue, shared_queue_figures
 from bench.span_sink import SpanSink
 from bench.summary import evaluate, summary_rows, text_table
 from bench.system import Bench, LatencyFigure, RunFigure, latency_run, throughput_run
@@ -200,6 +207,7 @@ class Config:
     peer_calls: int
     rounds: int
     tracing_rounds: int
+    shared_calls: int
     warmup: int
     db_seconds: float
     db_clients: tuple[int, ...]
@@ -239,6 +247,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="rounds of the tracing phase; 0: three times --rounds, since its default"
         " sampling's target leaves the least room, and single rounds of the same worker"
         " move by more than it (env BENCH_TRACING_ROUNDS)")  # fmt: skip
+    add("--shared-calls", type=int, default=_env_int("BENCH_SHARED_CALLS", 60_000),
+        help="calls in the queue the tracing phase's workers share, side by side, in each of"
+        " --rounds rounds: the longer their window, the less a round moves"
+        " (env BENCH_SHARED_CALLS)")  # fmt: skip
     add("--warmup", type=int, default=_env_int("BENCH_WARMUP", 300),
         help="calls answered before each timed run (env BENCH_WARMUP)")  # fmt: skip
     add("--db-seconds", type=float, default=_env_float("BENCH_DB_SECONDS", 5.0),
@@ -292,6 +304,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         peer_calls=args.peer_calls,
         rounds=args.rounds,
         tracing_rounds=args.tracing_rounds or 3 * args.rounds,
+        shared_calls=args.shared_calls,
         warmup=args.warmup,
         db_seconds=args.db_seconds,
         db_clients=_counts(args.db_clients),
@@ -755,6 +768,26 @@ async def run_bench(config: Config, services: BenchServices) -> dict[str, Any]:
                     ],
                 )
                 details["tracing_rounds"] = rounds
+                # The same four side by side, on one full queue: a paired figure that the
+                # machine's drift between runs does not move (`bench.shared_queue`).
+                side_by_side = [*tracings.items(), ("off_again", tracings["off"])]
+                shared = await measure_shared_queue(
+                    bench,
+                    updates,
+                    side_by_side,
+                    SharedQueuePlan(
+                        rounds=config.rounds,
+                        calls=config.shared_calls,
+                        warmup=config.warmup,
+                        prefetch=_WORKER_PREFETCH,
+                    ),
+                )
+                details["tracing_shared_rounds"] = shared
+                results.update(
+                    shared_queue_figures(
+                        shared, [label for label, _ in side_by_side], "tracing_shared_"
+                    )
+                )
                 for label in (*tracings, "off_again"):
                     results[f"tracing_{label}_tps"] = median_rate(rounds, label)
                     results[f"tracing_{label}_worker_cpu_ms"] = median_cpu(rounds, label, "worker")

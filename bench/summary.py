@@ -79,21 +79,26 @@ def _rates_and_median(results: Results, rates: tuple[str, str], ratio: str) -> s
     return f"{_shows(results, rates, ' calls/s')} = {_show(_number(results, ratio))}"
 
 
-def _worker_cpu(results: Results) -> str:
-    """`a / b / c ms (x, y, z)`: the tracing phase's metered CPU per call of each worker, and
-    each over the untraced worker's, the median of the rounds' ratios."""
-    per_call = _shows(
-        results,
-        tuple(f"tracing_{label}_worker_cpu_ms" for label in ("off", "default", "on")),
-        " ms",
-    )
-    if per_call == NOT_JUDGED:
-        return NOT_JUDGED
-    ratios = [
-        _number(results, f"tracing_{label}_worker_cpu_vs_off")
-        for label in ("default", "on", "off_again")
-    ]
-    return f"{per_call} ({', '.join(_show(ratio) for ratio in ratios)})"
+def _worker_cpu(prefix: str) -> Callable[[Results], str]:
+    """`a / b / c ms (x, y, z)`: the tracing phase's CPU per call of each worker (its figures
+    under `prefix`: in turns, or side by side), and each over the untraced worker's, the
+    median of the rounds' ratios."""
+
+    def measured(results: Results) -> str:
+        per_call = _shows(
+            results,
+            tuple(f"{prefix}{label}_worker_cpu_ms" for label in ("off", "default", "on")),
+            " ms",
+        )
+        if per_call == NOT_JUDGED:
+            return NOT_JUDGED
+        ratios = [
+            _number(results, f"{prefix}{label}_worker_cpu_vs_off")
+            for label in ("default", "on", "off_again")
+        ]
+        return f"{per_call} ({', '.join(_show(ratio) for ratio in ratios)})"
+
+    return measured
 
 
 def _rounds(results: Results, *path: str, contender: str | None = None) -> str:
@@ -369,7 +374,55 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
             "the worker's CPU per call, tracing off / default / every call sampled"
             " (default / off, every call / off, untraced again / off)"
         ),
-        _worker_cpu,
+        _worker_cpu("tracing_"),
+    ),
+    Target(
+        key="tracing_shared_default_vs_off",
+        figure=lambda r: (
+            "side by side on one queue: tracing at the default sampling / off"
+            + _rounds(r, "tracing_shared_rounds", contender="default")
+        ),
+        target="≥ 0.95",
+        value=lambda r: _number(r, "tracing_shared_default_vs_off"),
+        limit=0.95,
+        holds=operator.ge,
+        measured=lambda r: _rates_and_median(
+            r,
+            ("tracing_shared_default_tps", "tracing_shared_off_tps"),
+            "tracing_shared_default_vs_off",
+        ),
+    ),
+    Target(
+        key="tracing_shared_on_vs_off",
+        figure=lambda r: (
+            "side by side on one queue: tracing with every call sampled / off"
+            + _rounds(r, "tracing_shared_rounds", contender="on")
+        ),
+        target="≥ 0.8",
+        value=lambda r: _number(r, "tracing_shared_on_vs_off"),
+        limit=0.8,
+        holds=operator.ge,
+        measured=lambda r: _rates_and_median(
+            r, ("tracing_shared_on_tps", "tracing_shared_off_tps"), "tracing_shared_on_vs_off"
+        ),
+    ),
+    Reported(
+        lambda r: (
+            "side by side on one queue: the same untraced worker again / off"
+            + _rounds(r, "tracing_shared_rounds", contender="off_again")
+        ),
+        lambda r: _rates_and_median(
+            r,
+            ("tracing_shared_off_again_tps", "tracing_shared_off_tps"),
+            "tracing_shared_off_again_vs_off",
+        ),
+    ),
+    Reported(
+        lambda r: (
+            "side by side on one queue: the worker's CPU per call, tracing off / default /"
+            " every call sampled (default / off, every call / off, untraced again / off)"
+        ),
+        _worker_cpu("tracing_shared_"),
     ),
     Target(
         key="tracing_off_p99_ms",

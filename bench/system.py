@@ -31,6 +31,7 @@ __all__ = [
     "Bench",
     "LatencyFigure",
     "RunFigure",
+    "fill_queue",
     "last_json_line",
     "latency_run",
     "percentile",
@@ -193,25 +194,23 @@ async def throughput_run(
         await warm_up(bench, make_calls, warmup, timeout)
     run = bench.run_name(base)
     tally = bench.counter.expect(run, calls)
-    publisher = _publisher(bench, run, make_calls, calls).start()
-    if prepublished:
-        code = await publisher.wait_exit(timeout)
-        if code != 0:
-            raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
-        assert consumer is not None, "a prepublished run starts its consumer"
-        consumer.start()
-    capped, cpu = await _counted(bench, run, tally, timeout=timeout, consumer=consumer, meter=meter)
+    publisher: Child | None = None
     publish_rate: float | None = None
+    if prepublished:
+        assert consumer is not None, "a prepublished run starts its consumer"
+        publish_rate = await fill_queue(bench, run, make_calls, calls, timeout)
+        consumer.start()
+    else:
+        publisher = _publisher(bench, run, make_calls, calls).start()
+    capped, cpu = await _counted(bench, run, tally, timeout=timeout, consumer=consumer, meter=meter)
     if capped:
         # Enough for a sustained rate; the rest of the calls would only make the bench long.
-        publisher.kill()
+        if publisher is not None:
+            publisher.kill()
         await bench.purge(bench.services.topology.worker_queue)
         await _quiet(tally)
-    else:
-        code = await publisher.wait_exit(timeout)
-        if code != 0:
-            raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
-        publish_rate = float(last_json_line(publisher.output())["rate"])
+    elif publisher is not None:
+        publish_rate = await _publisher_done(publisher, timeout)
     return _figure_of(bench, run, tally, capped=capped, publish_rate=publish_rate, cpu=cpu)
 
 
@@ -265,6 +264,22 @@ async def replay_run(
         if code != 0:
             raise RuntimeError(f"ltm dlq replay failed:\n{replay.tail()}")
     return _figure_of(bench, run, tally, capped=capped)
+
+
+async def fill_queue(
+    bench: Bench, run: str, make_calls: CallMaker, calls: int, timeout: float
+) -> float:
+    """The run's `calls` published into the worker queue by a separate process, all confirmed,
+    before anything consumes them (no consumer runs yet): the publisher's rate, calls/s."""
+    return await _publisher_done(_publisher(bench, run, make_calls, calls).start(), timeout)
+
+
+async def _publisher_done(publisher: Child, timeout: float) -> float:
+    """Waits for `publisher` to publish all its calls: its rate, calls/s."""
+    code = await publisher.wait_exit(timeout)
+    if code != 0:
+        raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
+    return float(last_json_line(publisher.output())["rate"])
 
 
 def _figure_of(

@@ -32,6 +32,8 @@ def test_every_target_of_the_bench_is_in_the_summary() -> None:
         "create_p99_ms",
         "tracing_default_vs_off",
         "tracing_on_vs_off",
+        "tracing_shared_default_vs_off",
+        "tracing_shared_on_vs_off",
         "tracing_off_p99_ms",
         "scaling_fixed_rate_cost_vs_1.2",
         "scaling_fixed_rate_cost_vs_1.4",
@@ -115,6 +117,38 @@ def test_the_traced_workers_cpu_per_call_is_reported_beside_the_rates() -> None:
     assert row["measured"] == "0.66 / 0.71 / 0.85 ms (1.08, 1.29, 1.02)"
     assert (row["target"], row["met"]) == ("", NOT_JUDGED)
     assert _row({}, "the worker's CPU per call, tracing")["measured"] == NOT_JUDGED
+
+
+def test_the_side_by_side_rows_show_each_rounds_ratio_and_judge_the_median() -> None:
+    results = {
+        "tracing_shared_off_tps": 250.0,
+        "tracing_shared_default_tps": 240.0,
+        "tracing_shared_default_vs_off": 0.96,
+        "tracing_shared_off_again_tps": 251.0,
+        "tracing_shared_off_again_vs_off": 1.01,
+        "tracing_shared_off_worker_cpu_ms": 1.2,
+        "tracing_shared_default_worker_cpu_ms": 1.25,
+        "tracing_shared_on_worker_cpu_ms": 1.5,
+        "tracing_shared_default_worker_cpu_vs_off": 1.04,
+        "tracing_shared_on_worker_cpu_vs_off": 1.25,
+        "tracing_shared_off_again_worker_cpu_vs_off": 0.99,
+        "details": {
+            "tracing_shared_rounds": [
+                {"ratio": {"default": 0.95, "on": 0.8, "off_again": 1.02}},
+                {"ratio": {"default": 0.97, "on": 0.82, "off_again": 1.0}},
+            ]
+        },
+    }
+
+    row = _row(results, "side by side on one queue: tracing at the default")
+    assert row["figure"].endswith("(rounds 0.95, 0.97)")
+    assert (row["measured"], row["met"]) == ("240 / 250 calls/s = 0.96", "yes")
+    again = _row(results, "side by side on one queue: the same untraced worker")
+    assert again["figure"].endswith("(rounds 1.02, 1.00)")
+    assert (again["target"], again["met"]) == ("", NOT_JUDGED)
+    cpu = _row(results, "side by side on one queue: the worker's CPU per call")
+    assert cpu["measured"] == "1.20 / 1.25 / 1.50 ms (1.04, 1.25, 0.99)"
+    assert evaluate(results)["tracing_shared_on_vs_off"]["met"] is None
 
 
 def test_the_creations_row_shows_the_ratio_it_judges_and_its_rounds() -> None:
