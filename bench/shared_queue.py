@@ -1,13 +1,14 @@
 """Workers sharing one queue, filled before they start: how many calls each answers in the same
-seconds (the tracing phase's side-by-side figures).
+seconds, and with how much CPU (the tracing phase's side-by-side figures).
 
 Runs taken in turns compare a worker with another measured a minute before or after, and on a
 busy machine single rounds of the same worker move by up to 30 %: more than a 5 % difference.
-Here the workers compared consume one queue at the same time, so that whatever slows the
-machine slows them alike. RabbitMQ gives each consumer a new call for each it acknowledges
-(every worker has the same prefetch), so while the queue stays full each worker's share of the
-calls answered is its share of the throughput, and two workers' counts over the same window
-are in the ratio of their speeds.
+Here the workers compared consume one queue at the same time, so that a slower minute of the
+machine is slower for all of them. RabbitMQ gives each consumer a new call for each it
+acknowledges (every worker has the same prefetch), so while the queue stays full each worker's
+share of the calls answered is its share of the throughput. Yet the shares of two workers
+with the same settings still differed by up to 15 % in a round of a minute, and their CPU per
+call by up to 5 %: the CPU per call is what resolves a few percent.
 
 A round: the queue is filled with `calls` calls before any worker starts (`fill_queue`); every
 worker is started (in an order that turns round each round) and made ready; the window opens
