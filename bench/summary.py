@@ -174,6 +174,26 @@ def _fixed_cost(count: str) -> Target:
     )
 
 
+def _side_by_side(label: str, setting: str, limit: float) -> Target:
+    """The tracing phase's side-by-side rate of the worker traced as `label` over the
+    untraced worker's (`bench.shared_queue`), held to `limit` as the same rate in turns."""
+    ratio = f"tracing_shared_{label}_vs_off"
+    return Target(
+        key=ratio,
+        figure=lambda r: (
+            f"side by side on one queue: {setting} / off"
+            + _rounds(r, "tracing_shared_rounds", contender=label)
+        ),
+        target=f"≥ {limit:g}",
+        value=lambda r: _number(r, ratio),
+        limit=limit,
+        holds=operator.ge,
+        measured=lambda r: _rates_and_median(
+            r, (f"tracing_shared_{label}_tps", "tracing_shared_off_tps"), ratio
+        ),
+    )
+
+
 def _shared(split: Any) -> float | None:
     return float(split["shared"]) if isinstance(split, Mapping) and "shared" in split else None
 
@@ -376,36 +396,8 @@ TARGETS_AND_FIGURES: Final[tuple[Target | Reported, ...]] = (
         ),
         _worker_cpu("tracing_"),
     ),
-    Target(
-        key="tracing_shared_default_vs_off",
-        figure=lambda r: (
-            "side by side on one queue: tracing at the default sampling / off"
-            + _rounds(r, "tracing_shared_rounds", contender="default")
-        ),
-        target="≥ 0.95",
-        value=lambda r: _number(r, "tracing_shared_default_vs_off"),
-        limit=0.95,
-        holds=operator.ge,
-        measured=lambda r: _rates_and_median(
-            r,
-            ("tracing_shared_default_tps", "tracing_shared_off_tps"),
-            "tracing_shared_default_vs_off",
-        ),
-    ),
-    Target(
-        key="tracing_shared_on_vs_off",
-        figure=lambda r: (
-            "side by side on one queue: tracing with every call sampled / off"
-            + _rounds(r, "tracing_shared_rounds", contender="on")
-        ),
-        target="≥ 0.8",
-        value=lambda r: _number(r, "tracing_shared_on_vs_off"),
-        limit=0.8,
-        holds=operator.ge,
-        measured=lambda r: _rates_and_median(
-            r, ("tracing_shared_on_tps", "tracing_shared_off_tps"), "tracing_shared_on_vs_off"
-        ),
-    ),
+    _side_by_side("default", "tracing at the default sampling", 0.95),
+    _side_by_side("on", "tracing with every call sampled", 0.8),
     Reported(
         lambda r: (
             "side by side on one queue: the same untraced worker again / off"
