@@ -29,7 +29,6 @@ from statistics import median
 from typing import Any, Final
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cpu import TICKS_PER_SECOND, CpuSample, group_ticks, read_sample
 from bench.processes import Child
@@ -37,11 +36,11 @@ from bench.rounds import say, turn_order
 from bench.system import Bench, fill_queue
 from bench.workers import run_timeout, worker_child
 from bench.world import CallMaker, reset_calls
+from harness.processes import calls_answered
 
 __all__ = [
     "Reading",
     "SharedQueuePlan",
-    "answered_in",
     "measure_shared_queue",
     "shared_queue_figures",
     "window_of",
@@ -68,27 +67,20 @@ class Reading:
     cpu: CpuSample
 
 
-def answered_in(exposition: str) -> int:
-    """A worker's calls answered, of every tool, status and replay: the sum of its
-    `ltm_tool_calls_total` in its metrics' text."""
-    return round(
-        sum(
-            sample.value
-            for family in text_string_to_metric_families(exposition)
-            for sample in family.samples
-            if sample.name == "ltm_tool_calls_total"
-        )
-    )
+async def _answered(session: aiohttp.ClientSession, ports: Mapping[str, int]) -> dict[str, int]:
+    """Each worker's calls answered so far, read from its metrics port (all at once)."""
 
-
-async def _read(session: aiohttp.ClientSession, ports: Mapping[str, int]) -> Reading:
     async def answered(port: int) -> int:
         async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
             response.raise_for_status()
-            return answered_in(await response.text())
+            return calls_answered(await response.text())
 
     counts = await asyncio.gather(*(answered(port) for port in ports.values()))
-    return Reading(time.perf_counter(), dict(zip(ports, counts, strict=True)), read_sample())
+    return dict(zip(ports, counts, strict=True))
+
+
+def _reading(answered: dict[str, int]) -> Reading:
+    return Reading(time.perf_counter(), answered, read_sample())
 
 
 def window_of(
@@ -97,27 +89,28 @@ def window_of(
     """Each worker's calls, calls/s and CPU ms per call between the two readings, and each
     other worker's calls/s and CPU per call over the baseline's."""
     seconds = last.at - first.at
-    workers: dict[str, dict[str, float]] = {}
+    calls: dict[str, int] = {}
+    cpu_ms: dict[str, float] = {}
     for label, pid in pids.items():
-        calls = last.answered[label] - first.answered[label]
-        if calls <= 0:
+        calls[label] = last.answered[label] - first.answered[label]
+        if calls[label] <= 0:
             raise RuntimeError(f"the {label} worker answered nothing in the window")
         ticks = group_ticks(last.cpu.processes, [pid]) - group_ticks(first.cpu.processes, [pid])
-        workers[label] = {
-            "calls": calls,
-            "tps": round(calls / seconds, 1),
-            "cpu_ms_per_call": round(ticks * 1000 / TICKS_PER_SECOND / calls, 3),
-        }
-    base = workers[baseline]
+        cpu_ms[label] = ticks * 1000 / TICKS_PER_SECOND / calls[label]
     others = [label for label in pids if label != baseline]
     return {
-        **workers,
-        "seconds": round(seconds, 2),
-        "ratio": {label: round(workers[label]["tps"] / base["tps"], 3) for label in others},
-        "cpu_ratio": {
-            label: round(workers[label]["cpu_ms_per_call"] / base["cpu_ms_per_call"], 3)
-            for label in others
+        **{
+            label: {
+                "calls": calls[label],
+                "tps": round(calls[label] / seconds, 1),
+                "cpu_ms_per_call": round(cpu_ms[label], 3),
+            }
+            for label in pids
         },
+        "seconds": round(seconds, 2),
+        # Over the same seconds, the rates' ratio is the counts'.
+        "ratio": {label: round(calls[label] / calls[baseline], 3) for label in others},
+        "cpu_ratio": {label: round(cpu_ms[label] / cpu_ms[baseline], 3) for label in others},
     }
 
 
@@ -128,15 +121,16 @@ async def _until(
     opened: int,
     deadline: float,
 ) -> Reading:
-    """The first reading in which every worker has answered `opened` calls."""
+    """The first reading in which every worker has answered `opened` calls (the machine's
+    ticks read then only)."""
     while True:
         for child in children:
             child.check_alive()
-        reading = await _read(session, ports)
-        if min(reading.answered.values()) >= opened:
-            return reading
+        answered = await _answered(session, ports)
+        if min(answered.values()) >= opened:
+            return _reading(answered)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the window did not open: answered so far {reading.answered}")
+            raise RuntimeError(f"the window did not open: answered so far {answered}")
         await asyncio.sleep(_POLL_S)
 
 
@@ -175,7 +169,7 @@ async def _round(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{run}: {tally.count} of {closing} results in {timeout}s")
                 await asyncio.sleep(0.05)
-            last = await _read(session, ports)
+            last = _reading(await _answered(session, ports))
     finally:
         for child in children:
             await child.terminate()

@@ -237,9 +237,7 @@ async def replay_run(
     publisher = _publisher(
         bench, run, make_calls, letters, dead_letter_reason="TimeoutError: bench"
     )
-    code = await publisher.start().wait_exit(timeout)
-    if code != 0:
-        raise RuntimeError(f"dead-letter publisher failed:\n{publisher.tail()}")
+    await _publisher_done(publisher.start(), timeout)
     replay = bench.child(
         f"{run}-replay",
         "ltm",
@@ -278,7 +276,7 @@ async def _publisher_done(publisher: Child, timeout: float) -> float:
     """Waits for `publisher` to publish all its calls: its rate, calls/s."""
     code = await publisher.wait_exit(timeout)
     if code != 0:
-        raise RuntimeError(f"publisher failed:\n{publisher.tail()}")
+        raise RuntimeError(f"{publisher.name} failed:\n{publisher.tail()}")
     return float(last_json_line(publisher.output())["rate"])
 
 

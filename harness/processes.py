@@ -15,10 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from harness.services import TestServices
 from harness.waiting import eventually
 
-__all__ = ["LtmProcess", "free_port"]
+__all__ = ["LtmProcess", "calls_answered", "free_port"]
+
+
+def calls_answered(metrics: str) -> int:
+    """A worker's calls answered, of every tool, status and replay, in its `/metrics` page:
+    its `ltm_tool_calls_total` summed over the labels."""
+    return round(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(metrics)
+            for sample in family.samples
+            if sample.name == "ltm_tool_calls_total"
+        )
+    )
 
 
 def free_port() -> int:
@@ -121,6 +136,10 @@ class LtmProcess:
     async def metrics(self) -> str:
         """The `/metrics` page, fetched in a thread so that the test's consumers keep running."""
         return await asyncio.to_thread(self._metrics_now)
+
+    async def calls_answered(self) -> int:
+        """A worker's calls answered so far (`calls_answered` of its `/metrics` page)."""
+        return calls_answered(await self.metrics())
 
     def _metrics_now(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"

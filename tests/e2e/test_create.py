@@ -247,7 +247,7 @@ async def test_two_workers_racing_at_the_limit_never_pass_it_nor_save_a_text_twi
                 # A worker counts a call once its events are confirmed, a moment after the
                 # result reaches the tap: both counts are waited for.
                 async def both_answered() -> bool:
-                    counts = (await _answered(one), await _answered(two))
+                    counts = (await one.calls_answered(), await two.calls_answered())
                     return min(counts) > 0 and sum(counts) >= len(calls)
 
                 await eventually(both_answered, timeout=10, what="both workers' answer counts")
@@ -276,15 +276,6 @@ async def test_two_workers_racing_at_the_limit_never_pass_it_nor_save_a_text_twi
         [call.tool_call_id for call in calls],
     )
     assert created[0]["n"] == (12 - 1) + (9 - 1)
-
-
-async def _answered(worker: LtmProcess) -> float:
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(await worker.metrics())
-        for sample in family.samples
-        if sample.name == "ltm_tool_calls_total"
-    )
 
 
 async def _largest_batch(worker: LtmProcess) -> float:

@@ -12,7 +12,6 @@ import aio_pika
 import psycopg
 import pytest
 from aio_pika.abc import AbstractChannel
-from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import (
     CacheInvalidate,
@@ -127,7 +126,7 @@ async def test_two_workers_apply_each_call_exactly_once(
                 what="two answers per call",
             )
             # Both took their share (the metric's name alone is listed before any call).
-            assert await _calls_answered(one) > 0 and await _calls_answered(two) > 0
+            assert await one.calls_answered() > 0 and await two.calls_answered() > 0
     for call, memory_id in zip(calls, memory_ids, strict=True):
         assert len(await world.revisions_of_call(call.tool_call_id)) == 1
         assert len(tap.events(EmbedRequested, tool_call_id=call.tool_call_id)) == 1
@@ -215,7 +214,7 @@ async def test_a_channel_the_broker_closes_makes_the_worker_start_over(
 
 
 async def _answered(worker: LtmProcess, count: int) -> bool:
-    return await _calls_answered(worker) >= count
+    return await worker.calls_answered() >= count
 
 
 async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
@@ -272,16 +271,6 @@ async def test_a_row_locked_from_outside_fails_its_call_and_no_other(
     assert retried and set(retried) == {1}
     for call, memory_id in zip(free, memory_ids[1:], strict=True):
         assert await world.content(memory_id) == call.arguments["memory_content"]  # type: ignore[index,call-overload]
-
-
-async def _calls_answered(worker: LtmProcess) -> float:
-    """The worker's `ltm_tool_calls_total`, summed over its labels."""
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(await worker.metrics())
-        for sample in family.samples
-        if sample.name == "ltm_tool_calls_total"
-    )
 
 
 async def test_database_unreachable_answers_db_error_and_dead_letters(

@@ -1,34 +1,13 @@
-"""`bench.shared_queue`: a worker's count from its metrics, a window's figures, their medians."""
+"""`bench.shared_queue`: a window's figures, and their medians over the rounds."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from bench.cpu import TICKS_PER_SECOND, CpuSample, MachineTicks, ProcessTicks
-from bench.shared_queue import Reading, answered_in, shared_queue_figures, window_of
-
-
-def test_a_workers_count_sums_every_tool_status_and_replay() -> None:
-    registry = CollectorRegistry()
-    calls = Counter(
-        "ltm_tool_calls", "Tool calls.", ["tool", "status", "replayed"], registry=registry
-    )
-    calls.labels("update", "updated", "false").inc(40)
-    calls.labels("update", "rejected", "false").inc(2)
-    calls.labels("create", "created", "true").inc(3)
-    Counter("ltm_dead_lettered", "Not calls answered.", registry=registry).inc(7)
-
-    assert answered_in(generate_latest(registry).decode()) == 45
-
-
-def test_a_worker_that_answered_nothing_yet_counts_zero() -> None:
-    registry = CollectorRegistry()
-    Counter("ltm_tool_calls", "Tool calls.", ["tool", "status", "replayed"], registry=registry)
-
-    assert answered_in(generate_latest(registry).decode()) == 0
+from bench.shared_queue import Reading, shared_queue_figures, window_of
 
 
 def _reading(at: float, answered: dict[str, int], ticks: dict[int, int]) -> Reading:
