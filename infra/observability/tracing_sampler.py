@@ -33,6 +33,8 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes
 
+from infra.observability.tracing import LeftOutSpan
+
 __all__ = [
     "DEFAULT_SAMPLER",
     "DEFAULT_SAMPLER_RATIO",
@@ -80,7 +82,7 @@ def sampler_from(env: Mapping[str, str]) -> Sampler:
         root = TraceIdRatioBased(_ratio(env.get("OTEL_TRACES_SAMPLER_ARG")))
     if not name.startswith("parentbased_"):
         return root
-    return ParentBased(_SampledLinks(root))
+    return _ParentBased(_SampledLinks(root))
 
 
 def _ratio(argument: str | None) -> float:
@@ -101,6 +103,7 @@ class _SampledLinks(Sampler):
 
     def __init__(self, root: Sampler) -> None:
         self._root = root
+        self.new_trace_bound = _new_trace_bound(root)
 
     def should_sample(  # noqa: PLR0917 - the SDK passes them by position
         self,
@@ -120,6 +123,31 @@ class _SampledLinks(Sampler):
 
     def get_description(self) -> str:
         return f"SampledLinksOr{{{self._root.get_description()}}}"
+
+
+class _ParentBased(ParentBased):
+    """`ParentBased` over `_SampledLinks`, which says how it samples a new trace."""
+
+    def __init__(self, root: _SampledLinks) -> None:
+        super().__init__(root)
+        self.new_trace_bound = root.new_trace_bound
+
+
+def _new_trace_bound(sampler: Sampler) -> int | None:
+    """A new trace without links is sampled when the low 64 bits of its id are below this, by
+    `sampler`; None: `sampler` decides by more than the id."""
+    if isinstance(sampler, _ParentBased):
+        return sampler.new_trace_bound
+    if isinstance(sampler, TraceIdRatioBased):
+        return sampler.bound
+    if sampler is ALWAYS_ON:
+        return _TRACE_ID_LIMIT + 1
+    if sampler is ALWAYS_OFF:
+        return 0
+    return None
+
+
+_TRACE_ID_LIMIT: Final = TraceIdRatioBased.TRACE_ID_LIMIT
 
 
 class DrawnTraceIds(RandomIdGenerator):
@@ -146,18 +174,25 @@ class DrawnTraceIds(RandomIdGenerator):
 
 class SamplingAhead:
     """A delivery's span sampled before the SDK is asked for it, so that an unsampled call
-    (nine in ten by default) costs a span context made here instead of the SDK's span, its
-    attributes and its sampler's second pass.
+    (nine in ten by default) costs a span made here instead of the SDK's span, its attributes
+    and its sampler's second pass.
 
     The decision is the provider's sampler's, for the same parent and trace id the SDK would
     pass it: a new trace's id is drawn here and handed to the SDK (`DrawnTraceIds`) as it
-    makes the recorded span. The context made for an unsampled span is the one the SDK makes:
-    the parent's trace id and trace state, a new span id, the flags without "sampled".
+    makes the recorded span. A new trace that a sampler of this module's decides by its id
+    alone is decided here by the sampler's own test, and a `LeftOutSpan` holds it when left
+    out: no sampling result, no context object. Any other unsampled span has the context the
+    SDK makes: the parent's trace id and trace state, a new span id, the flags without
+    "sampled".
     """
 
     def __init__(self, sampler: Sampler, ids: DrawnTraceIds) -> None:
         self._sampler = sampler
         self._ids = ids
+        self._new_trace_bound = _new_trace_bound(sampler)
+        self._new_trace_flags = (
+            TraceFlags.RANDOM_TRACE_ID if ids.is_trace_id_random() else TraceFlags.DEFAULT
+        )
 
     def start_span(
         self,
@@ -170,26 +205,51 @@ class SamplingAhead:
         """The delivery's span, started: made here when the sampler leaves it out, else the
         SDK's, with `attributes()`, in the trace whose id the decision was made on."""
         parent_span = trace.get_current_span(parent).get_span_context()
-        if parent_span.is_valid:
-            trace_id = parent_span.trace_id
-            random_trace_id = parent_span.trace_flags.random_trace_id
-        else:
-            trace_id = self._ids.draw_trace_id()
-            random_trace_id = self._ids.is_trace_id_random()
-        result = self._sampler.should_sample(parent, trace_id, name, kind)
+        if not parent_span.is_valid:
+            return self._new_trace(tracer, parent, name, kind, attributes)
+        result = self._sampler.should_sample(parent, parent_span.trace_id, name, kind)
         if result.decision is Decision.DROP:
-            flags = TraceFlags.RANDOM_TRACE_ID if random_trace_id else TraceFlags.DEFAULT
+            flags = (
+                TraceFlags.RANDOM_TRACE_ID
+                if parent_span.trace_flags.random_trace_id
+                else TraceFlags.DEFAULT
+            )
             return NonRecordingSpan(
                 SpanContext(
-                    trace_id,
+                    parent_span.trace_id,
                     self._ids.generate_span_id(),
                     is_remote=False,
                     trace_flags=TraceFlags(flags),
                     trace_state=result.trace_state,
                 )
             )
-        if parent_span.is_valid:
-            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes())
+        return tracer.start_span(name, context=parent, kind=kind, attributes=attributes())
+
+    def _new_trace(
+        self,
+        tracer: trace.Tracer,
+        parent: Context,
+        name: str,
+        kind: SpanKind,
+        attributes: Callable[[], Attributes],
+    ) -> Span:
+        trace_id = self._ids.draw_trace_id()
+        bound = self._new_trace_bound
+        if bound is None:
+            result = self._sampler.should_sample(parent, trace_id, name, kind)
+            if result.decision is Decision.DROP:
+                return NonRecordingSpan(
+                    SpanContext(
+                        trace_id,
+                        self._ids.generate_span_id(),
+                        is_remote=False,
+                        trace_flags=TraceFlags(self._new_trace_flags),
+                        trace_state=result.trace_state,
+                    )
+                )
+        # The sampler's own test, without its result object: a new trace has no trace state.
+        elif trace_id & _TRACE_ID_LIMIT >= bound:
+            return LeftOutSpan(trace_id, self._ids.generate_span_id(), self._new_trace_flags)
         # Made now, not when a `with` is entered later: no other span can take the id first.
         self._ids.hand_out_next(trace_id)
         try:

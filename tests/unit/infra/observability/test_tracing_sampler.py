@@ -20,7 +20,14 @@ from opentelemetry.propagators.textmap import (
 )
 from opentelemetry.sdk.trace import Tracer, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    Sampler,
+    TraceIdRatioBased,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from infra.observability import tracing, tracing_setup
@@ -246,6 +253,103 @@ def test_a_delivery_sampled_ahead_is_what_the_sdk_alone_makes(sampler: str) -> N
     assert sampled_flags == [1 if on else None for on, *_ in ahead]
     assert ahead[3][3] == "vendor=a" and ahead[3][5] is None
     assert ahead[4][5] == "vendor=b"
+
+
+class _ByName(Sampler):
+    """A root sampler that decides by more than the trace id: by the span's name (an SDK
+    sampler's `should_sample`, with every parameter)."""
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: trace.SpanKind | None = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> Any:
+        # The deliveries here are tool calls: left out.
+        decides = ALWAYS_ON if name.endswith("events") else ALWAYS_OFF
+        return decides.should_sample(parent_context, trace_id, name)
+
+    def get_description(self) -> str:
+        return "ByName"
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        sampler_from({"OTEL_TRACES_SAMPLER": "always_on"}),
+        sampler_from({"OTEL_TRACES_SAMPLER": "always_off"}),
+        sampler_from({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1"}),
+        sampler_from({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}),
+        _ByName(),
+        ParentBased(_ByName()),
+    ],
+    ids=["always_on", "always_off", "ratio_1", "ratio_0", "by_name", "parent_based_by_name"],
+)
+def test_any_sampler_s_decision_ahead_is_the_sdk_s(sampler: Sampler) -> None:
+    def seen(ahead: bool) -> list[tuple[object, ...]]:
+        with spans_in_memory(sampler, ahead=ahead):
+            return [_how_sampled(headers) for headers in PARENTS]
+
+    assert seen(True) == seen(False)
+
+
+def test_a_left_out_call_makes_no_span_context_unless_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[trace.SpanContext] = []
+
+    def counted(*args: Any, **kwargs: Any) -> trace.SpanContext:
+        made.append(trace.SpanContext(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tracing, "SpanContext", counted)
+    event: dict[str, object] = {}
+    dead_letter: dict[str, object] = {}
+    with (
+        spans_in_memory(sampler_from({"OTEL_TRACES_SAMPLER_ARG": "0"})) as exported,
+        tracing.processing(
+            headers={},
+            exchange="ltm.tool_calls",
+            routing_key="update_long_term_memory",
+            message_id=None,
+            conversation_id=None,
+        ) as span,
+    ):
+        # What every call does: its events, its outbox rows' traceparent, a log line, the
+        # transaction, the settlement.
+        tracing.carrying_current([event])
+        stored = tracing.traceparent_of(tracing.current_span())
+        assert tracing.add_trace_ids(None, "info", {}) == {}
+        with tracing.transaction([span], database="ltm") as transaction:
+            assert transaction is None
+        tracing.settled("ack", delivery_tag=1)
+        assert made == []
+        # A dead-letter copy's publish asks for its context, and is left out with the call.
+        with tracing.sending(
+            exchange="ltm.dead_letter",
+            routing_key="dead",
+            message_id=None,
+            conversation_id=None,
+            headers=dead_letter,
+        ) as send:
+            assert send is not None and not send.is_recording()
+    assert isinstance(span, tracing.LeftOutSpan) and len(made) == 1
+    context = span.get_span_context()
+    assert event == {} and exported.get_finished_spans() == ()
+    # What is stored and sent is W3C's form of the call's context, as the propagator writes it.
+    assert stored == _w3c_form(context)
+    assert str(dead_letter["traceparent"]).split("-")[1] == f"{context.trace_id:032x}"
+    assert not int(str(dead_letter["traceparent"]).split("-")[3], 16) & 1
+
+
+def _w3c_form(context: trace.SpanContext) -> str:
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(trace.NonRecordingSpan(context)))
+    return carrier["traceparent"]
 
 
 def test_a_new_trace_s_decision_is_the_ratio_s_for_the_id_it_keeps(
