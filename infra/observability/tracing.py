@@ -81,13 +81,15 @@ MESSAGING_MESSAGE_CONVERSATION_ID: Final = "messaging.message.conversation_id"
 MESSAGING_BATCH_MESSAGE_COUNT: Final = "messaging.batch.message_count"
 DB_SYSTEM_NAME: Final = "db.system.name"
 DB_NAMESPACE: Final = "db.namespace"
-DB_OPERATION_NAME: Final = "db.operation.name"
 HTTP_REQUEST_METHOD: Final = "http.request.method"
 HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
 URL_TEMPLATE: Final = "url.template"
 ERROR_TYPE: Final = "error.type"
 # How the delivery was settled (ack, nack, reject): on its CONSUMER span, which lasts until then.
 SETTLEMENT: Final = "ltm.delivery.settlement"
+# The events of a call's database transaction on its CONSUMER span (`transaction`).
+TRANSACTION_BEGIN: Final = "ltm.transaction.begin"
+TRANSACTION_COMMIT: Final = "ltm.transaction.commit"
 
 RABBITMQ: Final = "rabbitmq"
 # How a span names the default exchange, whose name is empty.
@@ -401,48 +403,35 @@ def settled(operation: str, *, delivery_tag: int | None) -> None:
 
 def transaction(
     calls: Sequence[Span | None], *, database: str | None
-) -> contextlib.AbstractContextManager[Span | None]:
-    """A CLIENT span `transaction <database>` for one database transaction of several calls.
+) -> contextlib.AbstractContextManager[None]:
+    """The database transaction of a batch of calls, on each sampled call's span: an event as
+    it begins (`ltm.transaction.begin`, with the database and how many calls share it) and
+    one once it commits (`ltm.transaction.commit`); none for a transaction that fails, whose
+    calls' spans say why.
 
-    One call's transaction is a child of its span. Several calls' is the root of a trace of
-    its own, linked to each sampled call's span, and each of those links back to it: batching
-    never merges the calls' traces. No span when no call of the batch is sampled.
-    """
-    tracer = _STATE.tracer
-    if tracer is None:
+    Events and no span of its own: a span would cost each traced call as much as its own
+    again (bench/RESULTS.md), and one span for the batch needs links both ways to keep the
+    calls' traces apart."""
+    if _STATE.tracer is None:
         return _OFF
     recording = [span for span in calls if span is not None and span.is_recording()]
     if not recording:
         return _OFF
-    return _batch(tracer, recording, database, len(calls))
+    return _transaction(recording, database, len(calls))
 
 
 @contextlib.contextmanager
-def _batch(
-    tracer: trace.Tracer, spans: list[Span], database: str | None, calls: int
-) -> Iterator[Span]:
-    links: tuple[Link, ...] = ()
-    if calls == 1:
-        parent = trace.set_span_in_context(spans[0], Context())
-    else:
-        parent, links = Context(), tuple(Link(span.get_span_context()) for span in spans)
-    with tracer.start_as_current_span(
-        f"transaction {database}" if database else "transaction",
-        context=parent,
-        kind=SpanKind.CLIENT,
-        attributes={
-            DB_SYSTEM_NAME: POSTGRESQL,
-            **_optional(DB_NAMESPACE, database),
-            DB_OPERATION_NAME: "transaction",
-            MESSAGING_BATCH_MESSAGE_COUNT: calls,
-        },
-        links=links,
-    ) as span:
-        if links:
-            batch = span.get_span_context()
-            for call in spans:
-                call.add_link(batch)
-        yield span
+def _transaction(spans: list[Span], database: str | None, calls: int) -> Iterator[None]:
+    begun = {
+        DB_SYSTEM_NAME: POSTGRESQL,
+        **_optional(DB_NAMESPACE, database),
+        MESSAGING_BATCH_MESSAGE_COUNT: calls,
+    }
+    for span in spans:
+        span.add_event(TRANSACTION_BEGIN, begun)
+    yield
+    for span in spans:
+        span.add_event(TRANSACTION_COMMIT)
 
 
 def posting(

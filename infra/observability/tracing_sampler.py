@@ -67,8 +67,8 @@ def sampler_from(env: Mapping[str, str]) -> Sampler:
     and meaning; unset, `parentbased_traceidratio` at `DEFAULT_SAMPLER_RATIO`.
 
     A parent-based sampler follows the sampled flag of the context a message carries (the
-    bot's choice), and samples a new trace linked to a sampled span (the transaction of a
-    batch holding a sampled call), so that no link of a sampled call leads nowhere.
+    bot's choice), and samples a new trace linked to a sampled span (`ltm dlq replay`'s, of
+    a call dead-lettered in a sampled trace), so that no link to a sampled trace is lost.
     """
     name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or DEFAULT_SAMPLER
     if name not in _SAMPLERS:

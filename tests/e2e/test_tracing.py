@@ -209,7 +209,6 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     events = topology.events_exchange
 
     consume = _one(_named(trace, f"process {topology.tool_calls_exchange}"), "consume")
-    transaction = _one(_named(trace, f"transaction {database}"), "transaction")
     result_delivered = _one(
         _named(trace, f"process {events}", **{_ROUTING_KEY: result_routing_key(SHARD)}),
         "result's delivery",
@@ -221,21 +220,27 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     post = _one(_named(trace, "POST /channels/{channel.id}/messages"), "embed's post")
 
     # Who made each, and from which span it continued: across three processes, one trace.
-    assert (consume.service, transaction.service) == ("ltm-worker",) * 2
+    assert consume.service == "ltm-worker"
     assert (result_delivered.service, post.service) == ("ltm-gateway",) * 2
-    # Two spans in the worker: none of their own for the events' publish, nor for the ack.
-    assert sorted(span.name for span in trace if span.service == "ltm-worker") == sorted(
-        [consume.name, transaction.name]
-    )
+    # One span in the worker: none of their own for the transaction, the events' publish or
+    # the ack.
+    assert [span.name for span in trace if span.service == "ltm-worker"] == [consume.name]
     assert consume.parent_span_id == publish.span_id
-    assert transaction.parent_span_id == consume.span_id
+    # The transaction: two events on the call's span.
+    (begin, begun_ns, begun), (commit, committed_ns, _) = consume.events
+    assert (begin, commit) == ("ltm.transaction.begin", "ltm.transaction.commit")
+    assert begun == {
+        "db.system.name": "postgresql",
+        "db.namespace": database,
+        "messaging.batch.message_count": 1,
+    }
     # The call's events (result, embed, cache, memory) carry its span's context.
     assert result_delivered.parent_span_id == consume.span_id
     assert embed_delivered.parent_span_id == consume.span_id
     assert post.parent_span_id == embed_delivered.span_id
-    order = [publish, consume, transaction, result_delivered, post]
-    assert [span.start_ns for span in order] == sorted(span.start_ns for span in order)
-    assert transaction.end_ns <= result_delivered.start_ns  # published after the commit
+    order = [publish.start_ns, consume.start_ns, begun_ns, committed_ns]
+    order += [result_delivered.start_ns, post.start_ns]
+    assert order == sorted(order)  # the events published after the commit
 
     # The semantic conventions' attributes.
     assert publish.attributes == {
@@ -251,9 +256,6 @@ async def test_one_trace_holds_the_publish_the_transaction_and_the_embed_posted(
     assert consume.attributes["messaging.operation.type"] == "process"
     assert consume.attributes["messaging.destination.subscription.name"] == topology.worker_queue
     assert consume.attributes["messaging.message.id"] == publish.attributes["messaging.message.id"]
-    assert transaction.attributes["db.system.name"] == "postgresql"
-    assert transaction.attributes["db.namespace"] == database
-    assert transaction.attributes["messaging.batch.message_count"] == 1
     assert consume.attributes["ltm.delivery.settlement"] == "ack"
     assert post.kind == SpanKind.SPAN_KIND_CLIENT
     assert post.attributes["http.request.method"] == "POST"
@@ -441,22 +443,16 @@ async def test_calls_batched_together_keep_their_traces_apart(
     assert set(consumes) == ids
     # Each call in a trace of its own, begun by its own publish.
     assert len({span.trace_id for span in consumes.values()}) == len(ids)
-    database = database_name(settings.database_url)
-    batches = [
-        span
-        for span in spans
-        if span.name == f"transaction {database}"
-        and set(span.links) & {(c.trace_id, c.span_id) for c in consumes.values()}
-    ]
-    shared = [span for span in batches if span.attributes["messaging.batch.message_count"] > 1]
-    assert shared, "no two calls shared a transaction"
-    for batch in shared:
-        linked = [c for c in consumes.values() if (c.trace_id, c.span_id) in batch.links]
-        # The batch's transaction: a trace of its own, linked to each call's span and back.
-        assert len(linked) == batch.attributes["messaging.batch.message_count"]
-        assert batch.is_root and batch.trace_id not in {c.trace_id for c in linked}
-        for consume in linked:
-            assert (batch.trace_id, batch.span_id) in consume.links
+    # No span of the batch's: its transaction is on each call's span, with how many shared it.
+    assert not [span for span in spans if span.service == "ltm-worker" and span.is_root]
+    batched = []
+    for consume in consumes.values():
+        assert not consume.links
+        [(begin, begun_ns, begun), (commit, committed_ns, _)] = consume.events
+        assert (begin, commit) == ("ltm.transaction.begin", "ltm.transaction.commit")
+        assert consume.start_ns <= begun_ns <= committed_ns <= consume.end_ns
+        batched.append(begun["messaging.batch.message_count"])
+    assert sum(count > 1 for count in batched) >= 2, f"no two calls shared a transaction: {batched}"
     # What each call published stays in its own trace: its result carries its span's context.
     for tool_call_id, consume in consumes.items():
         [answer] = results.deliveries_with(correlation_id=tool_call_id)

@@ -46,6 +46,8 @@ class ReceivedSpan:
     attributes: Mapping[str, Any]
     links: tuple[tuple[str, str], ...]  # (trace id, span id) of each link
     status_code: int
+    # (name, time, attributes) of each event, in the order recorded
+    events: tuple[tuple[str, int, Mapping[str, Any]], ...] = ()
 
     @property
     def is_root(self) -> bool:
@@ -84,6 +86,10 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                             (link.trace_id.hex(), link.span_id.hex()) for link in span.links
                         ),
                         status_code=span.status.code,
+                        events=tuple(
+                            (event.name, event.time_unix_nano, _attributes(event.attributes))
+                            for event in span.events
+                        ),
                     )
                 )
     return spans

@@ -325,20 +325,32 @@ def test_a_copy_starts_a_trace_linked_to_the_original_and_drops_its_tracestate(
     assert copy["x-ltm-error"] == "bad"
 
 
-def test_one_call_s_transaction_is_a_child_of_its_span(exported: InMemorySpanExporter) -> None:
+def _events(span: ReadableSpan) -> list[tuple[str, dict[str, object]]]:
+    return [(event.name, dict(event.attributes or {})) for event in span.events]
+
+
+def test_a_call_s_transaction_is_two_events_on_its_span(exported: InMemorySpanExporter) -> None:
     tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
-    with tracer.start_as_current_span("call") as call, tracing.transaction([call], database="ltm"):
-        pass
-    transaction = _by_name(exported, "transaction ltm")
-    assert transaction.parent is not None
-    assert transaction.parent.span_id == call.get_span_context().span_id
-    assert not transaction.links
-    assert dict(transaction.attributes or {}) == {
-        "db.system.name": "postgresql",
-        "db.namespace": "ltm",
-        "db.operation.name": "transaction",
-        "messaging.batch.message_count": 1,
-    }
+    with (
+        tracer.start_as_current_span("call") as call,
+        tracing.transaction([call], database="ltm") as transaction,
+    ):
+        assert transaction is None
+    [recorded] = exported.get_finished_spans()  # no span of its own
+    assert _events(recorded) == [
+        (
+            "ltm.transaction.begin",
+            {
+                "db.system.name": "postgresql",
+                "db.namespace": "ltm",
+                "messaging.batch.message_count": 1,
+            },
+        ),
+        ("ltm.transaction.commit", {}),
+    ]
+    begin, commit = recorded.events
+    assert recorded.start_time is not None and recorded.end_time is not None
+    assert recorded.start_time <= begin.timestamp <= commit.timestamp <= recorded.end_time
 
 
 def test_a_database_url_naming_no_database_names_no_namespace(
@@ -347,30 +359,41 @@ def test_a_database_url_naming_no_database_names_no_namespace(
     tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
     with tracer.start_as_current_span("call") as call, tracing.transaction([call], database=None):
         pass
-    transaction = _by_name(exported, "transaction")
-    assert "db.namespace" not in dict(transaction.attributes or {})
+    [(_, begun), _] = _events(_by_name(exported, "call"))
+    assert "db.namespace" not in begun
 
 
-def test_a_batch_s_transaction_is_a_trace_of_its_own_linked_both_ways(
+def test_a_batch_s_transaction_is_on_each_sampled_call_and_merges_no_traces(
     exported: InMemorySpanExporter,
 ) -> None:
     tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
     first = tracer.start_span("first call")
     second = tracer.start_span("second call")
-    with tracing.transaction([first, second], database="ltm"):
+    left_out = tracing.LeftOutSpan(trace_id=1, span_id=1)
+    with tracing.transaction([first, left_out, second], database="ltm"):
         pass
     first.end()
     second.end()
-    transaction = _by_name(exported, "transaction ltm")
     calls = [_by_name(exported, "first call"), _by_name(exported, "second call")]
-    assert transaction.parent is None
-    assert {call.context.trace_id for call in calls}.isdisjoint({transaction.context.trace_id})
-    assert [link.context.span_id for link in transaction.links] == [
-        call.context.span_id for call in calls
-    ]
+    assert len(exported.get_finished_spans()) == len(calls)
     for call in calls:
-        assert [link.context.span_id for link in call.links] == [transaction.context.span_id]
-    assert (transaction.attributes or {})["messaging.batch.message_count"] == 2
+        assert not call.links
+        [(_, begun), (_, committed)] = _events(call)
+        assert begun["messaging.batch.message_count"] == 3  # the batch's, sampled or not
+        assert committed == {}
+
+
+def test_a_transaction_that_fails_is_not_marked_committed(exported: InMemorySpanExporter) -> None:
+    tracer = trace.get_tracer("test", tracer_provider=_provider_of(exported))
+    with (
+        pytest.raises(RuntimeError),
+        tracer.start_as_current_span("call") as call,
+        tracing.transaction([call], database="ltm"),
+    ):
+        raise RuntimeError("the database went away")
+    # The SDK records the exception on the span that it left.
+    names = [name for name, _ in _events(_by_name(exported, "call"))]
+    assert names == ["ltm.transaction.begin", "exception"]
 
 
 def test_a_failure_is_marked_on_the_span(exported: InMemorySpanExporter) -> None:
@@ -451,7 +474,6 @@ def test_attribute_names_are_the_semantic_conventions() -> None:
         ),
         (tracing.DB_SYSTEM_NAME, db_attributes.DB_SYSTEM_NAME),
         (tracing.DB_NAMESPACE, db_attributes.DB_NAMESPACE),
-        (tracing.DB_OPERATION_NAME, db_attributes.DB_OPERATION_NAME),
         (tracing.HTTP_REQUEST_METHOD, http_attributes.HTTP_REQUEST_METHOD),
         (tracing.HTTP_RESPONSE_STATUS_CODE, http_attributes.HTTP_RESPONSE_STATUS_CODE),
         (tracing.URL_TEMPLATE, url_attributes.URL_TEMPLATE),

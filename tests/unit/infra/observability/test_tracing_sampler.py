@@ -156,7 +156,7 @@ def test_a_call_the_bot_left_out_is_not_sampled(exported: InMemorySpanExporter) 
 
 
 @pytest.mark.parametrize("exported", [{"OTEL_TRACES_SAMPLER_ARG": "0"}], indirect=True)
-def test_a_batch_holding_a_sampled_call_has_its_transaction_sampled(
+def test_a_batch_s_transaction_is_recorded_on_its_sampled_calls_alone(
     exported: InMemorySpanExporter,
 ) -> None:
     calls: list[trace.Span | None] = []
@@ -173,18 +173,43 @@ def test_a_batch_holding_a_sampled_call_has_its_transaction_sampled(
                     )
                 )
             )
-        with tracing.transaction(calls, database="ltm") as transaction:
-            assert transaction is not None and transaction.is_recording()
-        # No sampled call: no transaction span.
-        with tracing.transaction(calls[1:], database="ltm") as none:
-            assert none is None
-    names = sorted(span.name for span in exported.get_finished_spans())
-    assert names == ["process ltm.tool_calls", "transaction ltm"]
-    [batch] = [span for span in exported.get_finished_spans() if span.name == "transaction ltm"]
-    assert batch.parent is None
-    # Linked to the sampled call only; the count is the batch's.
-    assert [f"{link.context.trace_id:032x}" for link in batch.links] == [TRACE_ID]
-    assert (batch.attributes or {})["messaging.batch.message_count"] == 3
+        with tracing.transaction(calls, database="ltm"):
+            pass
+        # No sampled call: nothing recorded, nothing made.
+        assert tracing.transaction(calls[1:], database="ltm") is tracing.transaction(
+            [], database="ltm"
+        )
+    [process] = exported.get_finished_spans()
+    assert f"{process.context.trace_id:032x}" == TRACE_ID
+    assert [event.name for event in process.events] == [
+        "ltm.transaction.begin",
+        "ltm.transaction.commit",
+    ]
+    # The count is the batch's.
+    assert (process.events[0].attributes or {})["messaging.batch.message_count"] == 3
+
+
+@pytest.mark.parametrize("exported", [{"OTEL_TRACES_SAMPLER_ARG": "0"}], indirect=True)
+def test_a_replay_of_a_sampled_call_is_sampled(exported: InMemorySpanExporter) -> None:
+    def replayed(original: str) -> bool:
+        with tracing.sending(
+            exchange="ltm.tool_calls",
+            routing_key="update_long_term_memory",
+            message_id=None,
+            conversation_id=None,
+            headers={},
+            parent=None,
+            linked_headers={"traceparent": original},
+        ) as span:
+            assert span is not None
+            return span.is_recording()
+
+    # A new trace, which the ratio alone would leave out; linked to a sampled one, it is not.
+    assert replayed(SAMPLED)
+    assert not replayed(UNSAMPLED)
+    [replay] = exported.get_finished_spans()
+    assert replay.parent is None
+    assert [f"{link.context.trace_id:032x}" for link in replay.links] == [TRACE_ID]
 
 
 # -- sampling ahead -------------------------------------------------------------------------
