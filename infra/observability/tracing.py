@@ -133,7 +133,7 @@ class LeftOutSpan(trace.NonRecordingSpan):
     """The span of a delivery no trace records: current, it keeps whatever is made within it
     out of traces (a parent-based sampler follows its flag), as an unsampled parent would.
 
-    Nine calls in ten by default: it holds its ids as ints, and makes the `SpanContext` of
+    99 calls in 100 by default: it holds its ids as ints, and makes the `SpanContext` of
     the OpenTelemetry API only when that is asked for (a dead-letter copy's publish within
     it), not on the way of every call; its `traceparent` is written from the ints.
     """

@@ -44,11 +44,11 @@ __all__ = [
 ]
 
 # What `OTEL_TRACES_SAMPLER` unset means here (the SDK's own default samples every call):
-# one new trace in ten, and every call whose bot sampled it. What that costs the worker, and
+# one new trace in a hundred, and every call whose bot sampled it. What that costs the worker, and
 # what a smaller ratio saves, is measured by the bench (bench/RESULTS.md, "What tracing costs
 # the worker"); `OTEL_TRACES_SAMPLER_ARG` alone changes the ratio.
 DEFAULT_SAMPLER: Final = "parentbased_traceidratio"
-DEFAULT_SAMPLER_RATIO: Final = 0.1
+DEFAULT_SAMPLER_RATIO: Final = 0.01
 # The SDK's names (`OTEL_TRACES_SAMPLER`) that this module builds.
 _SAMPLERS: Final = (
     "always_on",
@@ -174,7 +174,7 @@ class DrawnTraceIds(RandomIdGenerator):
 
 class SamplingAhead:
     """A delivery's span sampled before the SDK is asked for it, so that an unsampled call
-    (nine in ten by default) costs a span made here instead of the SDK's span, its attributes
+    (99 in 100 by default) costs a span made here instead of the SDK's span, its attributes
     and its sampler's second pass.
 
     The decision is the provider's sampler's, for the same parent and trace id the SDK would

@@ -163,7 +163,7 @@ def test_the_service_is_named_by_default_and_by_otel_service_name() -> None:
 def test_the_worker_s_sampler_is_the_default_unless_the_sdk_s_variables_say() -> None:
     asked = {"OTEL_TRACES_EXPORTER": "console"}
     default = str(_configured(asked)["sampler"])
-    assert default.startswith("ParentBased{root:SampledLinksOr{TraceIdRatioBased{0.1}}")
+    assert default.startswith("ParentBased{root:SampledLinksOr{TraceIdRatioBased{0.01}}")
     everything = _configured({**asked, "OTEL_TRACES_SAMPLER": "parentbased_always_on"})
     assert str(everything["sampler"]).startswith("ParentBased{root:SampledLinksOr{AlwaysOn")
 

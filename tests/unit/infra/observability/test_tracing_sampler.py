@@ -1,5 +1,5 @@
 """infra.observability.tracing_sampler: which calls are traced, as `OTEL_TRACES_SAMPLER` says,
-and by default one new trace in ten and every call the bot sampled."""
+and by default one new trace in a hundred and every call the bot sampled."""
 
 from __future__ import annotations
 
@@ -55,15 +55,15 @@ def _root_decision(sampler: Sampler, trace_id: int) -> Decision:
 def test_unset_it_is_parent_based_at_the_default_ratio() -> None:
     sampler = sampler_from({})
     assert DEFAULT_SAMPLER == "parentbased_traceidratio"
-    assert DEFAULT_SAMPLER_RATIO == 0.1
+    assert DEFAULT_SAMPLER_RATIO == 0.01
     assert sampler.get_description().startswith(
-        "ParentBased{root:SampledLinksOr{TraceIdRatioBased{0.1}}"
+        "ParentBased{root:SampledLinksOr{TraceIdRatioBased{0.01}}"
     )
     assert _root_decision(sampler, LOW) is Decision.RECORD_AND_SAMPLE
     assert _root_decision(sampler, HIGH) is Decision.DROP
-    # Trace ids in the first tenth of the range are sampled, in the second not.
-    assert _root_decision(sampler, (1 << 64) // 11) is Decision.RECORD_AND_SAMPLE
-    assert _root_decision(sampler, (1 << 64) // 9) is Decision.DROP
+    # Trace ids in the first hundredth of the range are sampled, beyond it not.
+    assert _root_decision(sampler, (1 << 64) // 101) is Decision.RECORD_AND_SAMPLE
+    assert _root_decision(sampler, (1 << 64) // 99) is Decision.DROP
 
 
 def test_the_ratio_alone_changes_the_default_s_ratio() -> None:
