@@ -205,37 +205,19 @@ class SamplingAhead:
         """The delivery's span, started: made here when the sampler leaves it out, else the
         SDK's, with `attributes()`, in the trace whose id the decision was made on."""
         parent_span = trace.get_current_span(parent).get_span_context()
-        if not parent_span.is_valid:
-            return self._new_trace(tracer, parent, name, kind, attributes)
-        result = self._sampler.should_sample(parent, parent_span.trace_id, name, kind)
-        if result.decision is Decision.DROP:
-            flags = (
-                TraceFlags.RANDOM_TRACE_ID
-                if parent_span.trace_flags.random_trace_id
-                else TraceFlags.DEFAULT
-            )
-            return NonRecordingSpan(
-                SpanContext(
-                    parent_span.trace_id,
-                    self._ids.generate_span_id(),
-                    is_remote=False,
-                    trace_flags=TraceFlags(flags),
-                    trace_state=result.trace_state,
-                )
-            )
-        return tracer.start_span(name, context=parent, kind=kind, attributes=attributes())
-
-    def _new_trace(
-        self,
-        tracer: trace.Tracer,
-        parent: Context,
-        name: str,
-        kind: SpanKind,
-        attributes: Callable[[], Attributes],
-    ) -> Span:
-        trace_id = self._ids.draw_trace_id()
-        bound = self._new_trace_bound
-        if bound is None:
+        new_trace = not parent_span.is_valid
+        if new_trace:
+            trace_id, flags = self._ids.draw_trace_id(), self._new_trace_flags
+        else:
+            trace_id = parent_span.trace_id
+            random_id = parent_span.trace_flags.random_trace_id
+            flags = TraceFlags.RANDOM_TRACE_ID if random_id else TraceFlags.DEFAULT
+        bound = self._new_trace_bound if new_trace else None
+        if bound is not None:
+            # The sampler's own test, without its result object: a new trace has no trace state.
+            if trace_id & _TRACE_ID_LIMIT >= bound:
+                return LeftOutSpan(trace_id, self._ids.generate_span_id(), flags)
+        else:
             result = self._sampler.should_sample(parent, trace_id, name, kind)
             if result.decision is Decision.DROP:
                 return NonRecordingSpan(
@@ -243,13 +225,12 @@ class SamplingAhead:
                         trace_id,
                         self._ids.generate_span_id(),
                         is_remote=False,
-                        trace_flags=TraceFlags(self._new_trace_flags),
+                        trace_flags=TraceFlags(flags),
                         trace_state=result.trace_state,
                     )
                 )
-        # The sampler's own test, without its result object: a new trace has no trace state.
-        elif trace_id & _TRACE_ID_LIMIT >= bound:
-            return LeftOutSpan(trace_id, self._ids.generate_span_id(), self._new_trace_flags)
+        if not new_trace:
+            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes())
         # Made now, not when a `with` is entered later: no other span can take the id first.
         self._ids.hand_out_next(trace_id)
         try:
