@@ -154,7 +154,7 @@ class LeftOutSpan(trace.NonRecordingSpan):
 
     @property
     def traceparent(self) -> str:
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
+        return _traceparent(self.trace_id, self.span_id, self.flags)
 
     def __repr__(self) -> str:
         return f"LeftOutSpan({self.traceparent})"
@@ -315,7 +315,7 @@ def _w3c_carrier(context: SpanContext) -> dict[str, Any] | None:
     other, theirs to write."""
     if not context.is_valid or context.trace_state or baggage.get_all():
         return None
-    return {"traceparent": _traceparent(context)}
+    return {"traceparent": _traceparent(context.trace_id, context.span_id, context.trace_flags)}
 
 
 def carrying_current(headers: Iterable[MutableMapping[str, Any]]) -> None:
@@ -331,12 +331,18 @@ def carrying_current(headers: Iterable[MutableMapping[str, Any]]) -> None:
     sampled call: the caller may pass a generator, made for nothing otherwise."""
     if _STATE.tracer is None:
         return
+    current = _current_sampled()
+    if current is not None:
+        _inject(current, *headers)
+
+
+def _current_sampled() -> SpanContext | None:
+    """The current span's context when it is sampled; a left-out call's is not made."""
     span = trace.get_current_span()
     if type(span) is LeftOutSpan:
-        return
-    current = span.get_span_context()
-    if current.trace_flags.sampled:
-        _inject(current, *headers)
+        return None
+    context = span.get_span_context()
+    return context if context.trace_flags.sampled else None
 
 
 def processing(
@@ -481,12 +487,14 @@ def traceparent_of(span: Span | None) -> str | None:
     if type(span) is LeftOutSpan:
         return span.traceparent
     context = span.get_span_context()
-    return _traceparent(context) if context.is_valid else None
+    if not context.is_valid:
+        return None
+    return _traceparent(context.trace_id, context.span_id, context.trace_flags)
 
 
-def _traceparent(context: SpanContext) -> str:
+def _traceparent(trace_id: int, span_id: int, flags: int) -> str:
     # W3C's version 00 form, written directly: no context object and carrier for each call.
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
 
 
 def trace_id_of(span: Span | None) -> str | None:
@@ -499,14 +507,9 @@ def trace_id_of(span: Span | None) -> str | None:
 def add_trace_ids(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
     """A structlog processor: `trace_id` and `span_id` on every line logged within a sampled
     span, the trace one can open (an unsampled call's lines have its `tool_call_id`)."""
-    if _STATE.tracer is not None:
-        span = trace.get_current_span()
-        if type(span) is LeftOutSpan:
-            return event_dict
-        context = span.get_span_context()
-        if context.trace_flags.sampled:
-            event_dict["trace_id"] = f"{context.trace_id:032x}"
-            event_dict["span_id"] = f"{context.span_id:016x}"
+    if _STATE.tracer is not None and (context := _current_sampled()) is not None:
+        event_dict["trace_id"] = f"{context.trace_id:032x}"
+        event_dict["span_id"] = f"{context.span_id:016x}"
     return event_dict
 
 

@@ -102,8 +102,7 @@ class _SampledLinks(Sampler):
     """A root linked to a sampled span is sampled; any other root, as `root` decides."""
 
     def __init__(self, root: Sampler) -> None:
-        self._root = root
-        self.new_trace_bound = _new_trace_bound(root)
+        self.root = root
 
     def should_sample(  # noqa: PLR0917 - the SDK passes them by position
         self,
@@ -117,27 +116,29 @@ class _SampledLinks(Sampler):
     ) -> SamplingResult:
         if links and any(link.context.trace_flags.sampled for link in links):
             return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, trace_state)
-        return self._root.should_sample(
+        return self.root.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
 
     def get_description(self) -> str:
-        return f"SampledLinksOr{{{self._root.get_description()}}}"
+        return f"SampledLinksOr{{{self.root.get_description()}}}"
 
 
 class _ParentBased(ParentBased):
-    """`ParentBased` over `_SampledLinks`, which says how it samples a new trace."""
+    """`ParentBased` over `_SampledLinks`, kept where `SamplingAhead` can read it (the SDK's
+    keeps its root to itself)."""
 
     def __init__(self, root: _SampledLinks) -> None:
         super().__init__(root)
-        self.new_trace_bound = root.new_trace_bound
+        self.root = root
 
 
 def _new_trace_bound(sampler: Sampler) -> int | None:
     """A new trace without links is sampled when the low 64 bits of its id are below this, by
     `sampler`; None: `sampler` decides by more than the id."""
-    if isinstance(sampler, _ParentBased):
-        return sampler.new_trace_bound
+    if isinstance(sampler, _ParentBased | _SampledLinks):
+        # No parent, no links: the root decides.
+        return _new_trace_bound(sampler.root)
     if isinstance(sampler, TraceIdRatioBased):
         return sampler.bound
     if sampler is ALWAYS_ON:

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import pytest
 
 from contracts import MemoryStatus
+from infra.observability.tracing_sampler import DEFAULT_SAMPLER, DEFAULT_SAMPLER_RATIO
 from infra.settings import Settings, environment_variable
 from infra.settings_table import BEGIN_MARKER, END_MARKER, settings_table, with_settings_table
 
@@ -260,6 +261,12 @@ def test_every_status_is_described() -> None:
     behaviour = (DOCS / "behaviour.md").read_text(encoding="utf-8")
     missing = [status.value for status in MemoryStatus if f"`{status.value}`" not in behaviour]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("page", ["operations.md", "contract.md"])
+def test_the_default_sampling_the_pages_state_is_the_code_s(page: str) -> None:
+    text = " ".join((DOCS / page).read_text(encoding="utf-8").split())
+    assert f"`{DEFAULT_SAMPLER}` at {DEFAULT_SAMPLER_RATIO}" in text
 
 
 def test_the_architecture_says_where_things_happen() -> None:
